@@ -1,0 +1,105 @@
+//! The guards every format shares, applied once a region is complete: the
+//! name must be a declared tool (mapped to its declared spelling), and the
+//! arguments must become one JSON object. Model bytes pass through untouched
+//! when they are valid; otherwise they are repaired (llm_json) and only then
+//! re-serialized.
+
+use serde_json::{Map, Value};
+
+use super::{Args, Call, Parsed, RawCall, ToolIndex, typing};
+
+/// A region after the guards: what the engine emits.
+pub(super) struct Finished {
+    pub consumed: usize,
+    pub calls: Vec<Call>,
+    pub content: String,
+    pub reasoning: String,
+}
+
+/// Applies the guards to a parsed region. `None` means the region is not a
+/// tool call after all (an undeclared name, arguments that are no object) and
+/// must stay text.
+pub(super) fn finish(p: Parsed, format: &'static str, tools: &ToolIndex) -> Option<Finished> {
+    let mut calls = Vec::with_capacity(p.calls.len());
+    for raw in p.calls {
+        calls.push(finish_call(raw, format, tools)?);
+    }
+    Some(Finished { consumed: p.consumed, calls, content: p.content, reasoning: p.reasoning })
+}
+
+fn finish_call(raw: RawCall, format: &'static str, tools: &ToolIndex) -> Option<Call> {
+    let name = tools.resolve(&raw.name)?.to_string();
+    let arguments = match raw.args {
+        Args::Json(text) => json_arguments(&text)?,
+        Args::Value(Value::Null) | Args::Empty => "{}".to_string(),
+        Args::Value(v @ Value::Object(_)) => v.to_string(),
+        Args::Value(_) => return None,
+        Args::Text(text) => text_arguments(&text, tools.schema(&name))?,
+    };
+    Some(Call { id: raw.id, name, arguments, format })
+}
+
+/// Normalizes JSON argument text to a JSON object string.
+pub fn json_arguments(text: &str) -> Option<String> {
+    let t = text.trim();
+    if t.is_empty() || t == "null" {
+        return Some("{}".to_string());
+    }
+    match serde_json::from_str::<Value>(t) {
+        Ok(Value::Object(_)) => Some(t.to_string()),
+        Ok(Value::Null) => Some("{}".to_string()),
+        // Double-encoded: `"arguments": "{\"a\": 1}"`.
+        Ok(Value::String(inner)) => match serde_json::from_str::<Value>(&inner) {
+            Ok(Value::Object(_)) => Some(inner.trim().to_string()),
+            _ if inner.trim().is_empty() => Some("{}".to_string()),
+            _ => None,
+        },
+        Ok(_) => None,
+        Err(_) => repair(t),
+    }
+}
+
+/// Repairs near-JSON (trailing commas, single quotes, Python literals,
+/// unescaped newlines, missing closers) into a JSON object string.
+pub fn repair(text: &str) -> Option<String> {
+    let v = llm_json::loads(text, &llm_json::RepairOptions::default()).ok()?;
+    match v {
+        Value::Object(m) if !m.is_empty() || text.contains('{') => Some(Value::Object(m).to_string()),
+        _ => None,
+    }
+}
+
+/// Maps a plain-string argument onto the tool's schema: JSON object text is
+/// used as is, otherwise the string fills the tool's one string parameter.
+fn text_arguments(text: &str, schema: Option<&Value>) -> Option<String> {
+    let t = text.trim();
+    if t.starts_with('{') {
+        if let Some(a) = json_arguments(t) {
+            return Some(a);
+        }
+    }
+    let key = schema.and_then(typing::single_string_param).unwrap_or_else(|| "input".to_string());
+    let mut m = Map::new();
+    m.insert(key, Value::String(t.to_string()));
+    Some(Value::Object(m).to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn valid_json_passes_through_byte_for_byte() {
+        assert_eq!(json_arguments(r#" {"a": 1,  "b":"é"} "#).as_deref(), Some(r#"{"a": 1,  "b":"é"}"#));
+        assert_eq!(json_arguments("").as_deref(), Some("{}"));
+        assert_eq!(json_arguments(r#""{\"a\":1}""#).as_deref(), Some(r#"{"a":1}"#));
+        assert_eq!(json_arguments("[1]"), None);
+    }
+
+    #[test]
+    fn repairs_common_damage() {
+        let v: Value = serde_json::from_str(&json_arguments("{'a': True, 'b': [1,2,],}").unwrap_or_default())
+            .unwrap_or_default();
+        assert_eq!(v, serde_json::json!({"a": true, "b": [1, 2]}));
+    }
+}

@@ -1,0 +1,524 @@
+//! The streaming extractor: one pass over the text, however it is chunked.
+//!
+//! States: plain text, a reasoning block, or a candidate tool-call region.
+//! In text, one Aho-Corasick automaton finds every start marker of the active
+//! formats plus the reasoning openers; text that cannot start a marker is
+//! emitted at once and only a suffix that is a proper prefix of a marker is
+//! held back. In a region, each candidate format says what it waits for
+//! ([`Wait`]); the engine tracks those conditions incrementally and calls the
+//! parser again only when one holds, so no chunk re-parses the whole buffer.
+
+use std::sync::Arc;
+
+use aho_corasick::{AhoCorasick, MatchKind};
+use memchr::memmem;
+
+use super::{Ctx, Event, Format, Step, ToolIndex, Wait, args, formats};
+
+/// Reasoning blocks that are routed to `reasoning_content` and never scanned
+/// for tool calls.
+const REASONING: &[(&str, &str)] = &[
+    ("<think>", "</think>"),
+    ("<seed:think>", "</seed:think>"),
+    ("[THINK]", "[/THINK]"),
+    ("<|START_THINKING|>", "<|END_THINKING|>"),
+];
+
+/// A region larger than this is given up on and released as text, so one
+/// unterminated marker cannot make the proxy buffer without bound.
+pub const MAX_REGION: usize = 8 << 20;
+
+enum Pattern {
+    Reasoning { close: &'static str },
+    Marker { formats: Vec<usize> },
+}
+
+/// The formats one route uses, compiled once: build it at config time and
+/// share it; every response gets a cheap [`Extractor`] from it.
+pub struct FormatSet {
+    formats: Vec<&'static dyn Format>,
+    patterns: Vec<(&'static str, Pattern)>,
+    ac: Option<AhoCorasick>,
+    max_len: usize,
+    first_byte: [bool; 256],
+    start_byte: [bool; 256],
+}
+
+impl std::fmt::Debug for FormatSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.formats.iter().map(|p| p.name())).finish()
+    }
+}
+
+impl FormatSet {
+    /// Every registered format (auto mode).
+    pub fn all() -> Self {
+        Self::build(formats::ALL.to_vec())
+    }
+
+    /// No tool formats: only reasoning blocks are split off.
+    pub fn none() -> Self {
+        Self::build(Vec::new())
+    }
+
+    /// The named formats, in registry order. Unknown names are returned as
+    /// the error so config validation can report them.
+    pub fn named<S: AsRef<str>>(names: &[S]) -> Result<Self, String> {
+        let mut picked = Vec::new();
+        for n in names {
+            let f = formats::by_name(n.as_ref()).ok_or_else(|| n.as_ref().to_string())?;
+            picked.push(f);
+        }
+        picked.sort_by_key(|f| formats::ALL.iter().position(|g| g.name() == f.name()));
+        picked.dedup_by_key(|f| f.name());
+        Ok(Self::build(picked))
+    }
+
+    fn build(formats: Vec<&'static dyn Format>) -> Self {
+        let mut patterns: Vec<(&'static str, Pattern)> = REASONING
+            .iter()
+            .map(|(open, close)| (*open, Pattern::Reasoning { close }))
+            .collect();
+        let mut start_byte = [false; 256];
+        for (i, f) in formats.iter().enumerate() {
+            for m in f.markers() {
+                match patterns.iter_mut().find(|(p, _)| p == m) {
+                    Some((_, Pattern::Marker { formats })) => formats.push(i),
+                    Some((_, Pattern::Reasoning { .. })) => {}
+                    None => patterns.push((m, Pattern::Marker { formats: vec![i] })),
+                }
+            }
+            for b in f.start_bytes() {
+                start_byte[*b as usize] = true;
+            }
+        }
+        let mut first_byte = [false; 256];
+        for (p, _) in &patterns {
+            if let Some(b) = p.as_bytes().first() {
+                first_byte[*b as usize] = true;
+            }
+        }
+        let max_len = patterns.iter().map(|(p, _)| p.len()).max().unwrap_or(1);
+        let ac = AhoCorasick::builder()
+            .match_kind(MatchKind::LeftmostLongest)
+            .build(patterns.iter().map(|(p, _)| p))
+            .ok();
+        FormatSet { formats, patterns, ac, max_len, first_byte, start_byte }
+    }
+
+    pub fn names(&self) -> Vec<&'static str> {
+        self.formats.iter().map(|f| f.name()).collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.formats.is_empty()
+    }
+
+    /// Length of the longest suffix of `buf` that is a proper prefix of a
+    /// pattern (the part that must be held back).
+    fn partial_suffix(&self, buf: &str) -> usize {
+        let b = buf.as_bytes();
+        let lo = b.len().saturating_sub(self.max_len - 1);
+        for i in lo..b.len() {
+            if self.first_byte[b[i] as usize] && buf.is_char_boundary(i) {
+                let tail = &b[i..];
+                if self.patterns.iter().any(|(p, _)| p.len() > tail.len() && p.as_bytes().starts_with(tail)) {
+                    return b.len() - i;
+                }
+            }
+        }
+        0
+    }
+
+    /// True when a pattern longer than the match could still match at `start`
+    /// once more text arrives (`<tool_call>` vs `<tool_calls>`).
+    fn could_grow(&self, buf: &str, start: usize, matched: usize) -> bool {
+        let tail = &buf.as_bytes()[start..];
+        self.patterns
+            .iter()
+            .any(|(p, _)| p.len() > matched && p.len() > tail.len() && p.as_bytes().starts_with(tail))
+    }
+}
+
+/// Per-candidate progress on its [`Wait`], so conditions are checked
+/// incrementally.
+#[derive(Debug, Clone, Copy)]
+struct Cand {
+    format: usize,
+    wait: Wait,
+    /// Marker / NonSpaceAfter: bytes already searched. Balanced: scan position.
+    pos: usize,
+    bal: Balance,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Balance {
+    depth: u32,
+    quote: Option<u8>,
+    escape: bool,
+    done: bool,
+}
+
+enum State {
+    Text,
+    Reasoning { close: &'static str },
+    Region { cands: Vec<Cand>, marker_len: usize },
+}
+
+/// Options that change how the output starts.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Options {
+    /// The model's template opened `<think>` already (DeepSeek-R1, Qwen3
+    /// thinking): text up to the first `</think>` is reasoning.
+    pub starts_in_reasoning: bool,
+}
+
+/// The incremental extractor for one model output.
+pub struct Extractor {
+    set: Arc<FormatSet>,
+    tools: Arc<ToolIndex>,
+    buf: String,
+    state: State,
+    at_start: bool,
+    finished: bool,
+}
+
+impl Extractor {
+    pub fn new(set: Arc<FormatSet>, tools: Arc<ToolIndex>) -> Self {
+        Self::with_options(set, tools, Options::default())
+    }
+
+    pub fn with_options(set: Arc<FormatSet>, tools: Arc<ToolIndex>, opts: Options) -> Self {
+        let state = if opts.starts_in_reasoning { State::Reasoning { close: "</think>" } } else { State::Text };
+        Extractor { set, tools, buf: String::new(), state, at_start: true, finished: false }
+    }
+
+    /// Feeds the next piece of model text; complete events are appended.
+    pub fn feed(&mut self, chunk: &str, out: &mut Vec<Event>) {
+        if self.finished || chunk.is_empty() {
+            return;
+        }
+        self.buf.push_str(chunk);
+        self.pump(false, out);
+    }
+
+    /// Ends the output: every held byte is decided and emitted.
+    pub fn finish(&mut self, out: &mut Vec<Event>) {
+        if self.finished {
+            return;
+        }
+        self.pump(true, out);
+        self.finished = true;
+    }
+
+    fn pump(&mut self, eof: bool, out: &mut Vec<Event>) {
+        loop {
+            let progressed = match &mut self.state {
+                State::Text => self.step_text(eof, out),
+                State::Reasoning { close } => {
+                    let close = *close;
+                    self.step_reasoning(close, eof, out)
+                }
+                State::Region { .. } => self.step_region(eof, out),
+            };
+            if !progressed {
+                return;
+            }
+        }
+    }
+
+    fn step_text(&mut self, eof: bool, out: &mut Vec<Event>) -> bool {
+        if self.buf.is_empty() {
+            return false;
+        }
+        if self.at_start {
+            let first = self.buf.bytes().position(|b| !b.is_ascii_whitespace());
+            match first {
+                None => {
+                    let ws = std::mem::take(&mut self.buf);
+                    emit(out, Event::Text(ws));
+                    return false;
+                }
+                Some(i) if self.set.start_byte[self.buf.as_bytes()[i] as usize] => {
+                    let ws: String = self.buf.drain(..i).collect();
+                    emit(out, Event::Text(ws));
+                    let byte = self.buf.as_bytes()[0];
+                    let cands = (0..self.set.formats.len())
+                        .filter(|f| self.set.formats[*f].start_bytes().contains(&byte))
+                        .map(new_cand)
+                        .collect();
+                    self.state = State::Region { cands, marker_len: 1 };
+                    return true;
+                }
+                Some(_) => {}
+            }
+        }
+        let found = self.set.ac.as_ref().and_then(|ac| ac.find(self.buf.as_str()));
+        if let Some(m) = found {
+            if !eof && self.set.could_grow(&self.buf, m.start(), m.len()) {
+                self.emit_text_to(m.start(), out);
+                return false;
+            }
+            self.emit_text_to(m.start(), out);
+            match &self.set.patterns[m.pattern().as_usize()].1 {
+                Pattern::Reasoning { close } => {
+                    self.buf.drain(..m.len());
+                    self.state = State::Reasoning { close };
+                }
+                Pattern::Marker { formats } => {
+                    let cands = formats.iter().copied().map(new_cand).collect();
+                    self.state = State::Region { cands, marker_len: m.len() };
+                }
+            }
+            return true;
+        }
+        let hold = if eof { 0 } else { self.set.partial_suffix(&self.buf) };
+        self.emit_text_to(self.buf.len() - hold, out);
+        false
+    }
+
+    fn step_reasoning(&mut self, close: &'static str, eof: bool, out: &mut Vec<Event>) -> bool {
+        if let Some(pos) = memmem::find(self.buf.as_bytes(), close.as_bytes()) {
+            let r: String = self.buf.drain(..pos).collect();
+            emit(out, Event::Reasoning(r));
+            self.buf.drain(..close.len());
+            self.state = State::Text;
+            return true;
+        }
+        let hold = if eof { 0 } else { suffix_prefix_len(&self.buf, close) };
+        let r: String = self.buf.drain(..self.buf.len() - hold).collect();
+        emit(out, Event::Reasoning(r));
+        false
+    }
+
+    fn step_region(&mut self, eof: bool, out: &mut Vec<Event>) -> bool {
+        let State::Region { cands, marker_len } = &mut self.state else { return false };
+        let marker_len = *marker_len;
+        let ctx = Ctx { tools: &self.tools, eof, at_start: self.at_start };
+        let mut done: Option<args::Finished> = None;
+        let mut i = 0;
+        while i < cands.len() {
+            let c = &mut cands[i];
+            if !eof && !satisfied(c, &self.buf) {
+                i += 1;
+                continue;
+            }
+            let format = self.set.formats[c.format];
+            match format.parse(&self.buf, &ctx) {
+                Step::Done(p) => match args::finish(p, format.name(), &self.tools) {
+                    Some(p) if p.consumed > 0 && p.consumed <= self.buf.len() => {
+                        done = Some(p);
+                        break;
+                    }
+                    _ => {
+                        cands.remove(i);
+                    }
+                },
+                Step::Need(w) if !eof && self.buf.len() <= MAX_REGION => {
+                    if w != c.wait {
+                        *c = Cand { wait: w, ..new_cand(c.format) };
+                    }
+                    // Re-check at once: the condition may already hold.
+                    if satisfied(c, &self.buf) {
+                        continue;
+                    }
+                    i += 1;
+                }
+                Step::Need(_) | Step::Reject => {
+                    cands.remove(i);
+                }
+            }
+        }
+        if let Some(p) = done {
+            self.buf.drain(..p.consumed);
+            self.state = State::Text;
+            emit(out, Event::Reasoning(p.reasoning));
+            if !p.content.trim().is_empty() {
+                self.at_start = false;
+            }
+            emit(out, Event::Text(p.content));
+            for call in p.calls {
+                out.push(Event::Call(call));
+            }
+            return true;
+        }
+        if cands.is_empty() || self.buf.len() > MAX_REGION {
+            // Not a call after all: the marker is text; scan on after it.
+            let cut = ceil_char_boundary(&self.buf, marker_len);
+            self.state = State::Text;
+            self.emit_text_to(cut, out);
+            return true;
+        }
+        false
+    }
+
+    fn emit_text_to(&mut self, end: usize, out: &mut Vec<Event>) {
+        if end == 0 {
+            return;
+        }
+        let t: String = self.buf.drain(..end).collect();
+        if self.at_start && t.bytes().any(|b| !b.is_ascii_whitespace()) {
+            self.at_start = false;
+        }
+        emit(out, Event::Text(t));
+    }
+}
+
+fn new_cand(format: usize) -> Cand {
+    Cand { format, wait: Wait::Len(0), pos: 0, bal: Balance::default() }
+}
+
+/// Appends an event, merging adjacent text (or reasoning) and skipping empties.
+fn emit(out: &mut Vec<Event>, ev: Event) {
+    match (out.last_mut(), ev) {
+        (_, Event::Text(t)) if t.is_empty() => {}
+        (_, Event::Reasoning(t)) if t.is_empty() => {}
+        (Some(Event::Text(a)), Event::Text(b)) => a.push_str(&b),
+        (Some(Event::Reasoning(a)), Event::Reasoning(b)) => a.push_str(&b),
+        (_, ev) => out.push(ev),
+    }
+}
+
+/// Whether a candidate's condition holds; advances its incremental state.
+fn satisfied(c: &mut Cand, buf: &str) -> bool {
+    let b = buf.as_bytes();
+    match c.wait {
+        Wait::Len(n) => b.len() >= n,
+        Wait::Eof => false,
+        Wait::Marker { marker, from } => {
+            let start = from.max(c.pos).min(b.len());
+            if memmem::find(&b[start..], marker.as_bytes()).is_some() {
+                return true;
+            }
+            c.pos = b.len().saturating_sub(marker.len() - 1).max(start);
+            false
+        }
+        Wait::NonSpaceAfter { from } => {
+            let start = from.max(c.pos).min(b.len());
+            if b[start..].iter().any(|x| !x.is_ascii_whitespace()) {
+                return true;
+            }
+            c.pos = b.len();
+            false
+        }
+        Wait::Balanced { from } => {
+            if c.pos < from {
+                c.pos = from;
+                c.bal = Balance::default();
+            }
+            balance(&mut c.bal, b, &mut c.pos)
+        }
+    }
+}
+
+/// Advances a bracket matcher over `b[*pos..]`; true once the first bracket
+/// closes. Quotes `"` and `'` delimit strings, `\` escapes inside them.
+fn balance(s: &mut Balance, b: &[u8], pos: &mut usize) -> bool {
+    if s.done {
+        return true;
+    }
+    while *pos < b.len() {
+        let x = b[*pos];
+        *pos += 1;
+        if let Some(q) = s.quote {
+            if s.escape {
+                s.escape = false;
+            } else if x == b'\\' {
+                s.escape = true;
+            } else if x == q {
+                s.quote = None;
+            }
+            continue;
+        }
+        match x {
+            b'"' | b'\'' if s.depth > 0 => s.quote = Some(x),
+            b'{' | b'[' | b'(' => s.depth += 1,
+            b'}' | b']' | b')' if s.depth > 0 => {
+                s.depth -= 1;
+                if s.depth == 0 {
+                    s.done = true;
+                    return true;
+                }
+            }
+            _ => {}
+        }
+    }
+    false
+}
+
+/// Length of the longest suffix of `buf` that is a proper prefix of `needle`.
+fn suffix_prefix_len(buf: &str, needle: &str) -> usize {
+    let b = buf.as_bytes();
+    let n = needle.as_bytes();
+    let max = (n.len() - 1).min(b.len());
+    (1..=max).rev().find(|k| n.starts_with(&b[b.len() - k..])).unwrap_or(0)
+}
+
+fn ceil_char_boundary(s: &str, mut i: usize) -> usize {
+    i = i.min(s.len());
+    while !s.is_char_boundary(i) {
+        i += 1;
+    }
+    i
+}
+
+/// The result of a whole, non-streamed output.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Extraction {
+    pub content: String,
+    pub reasoning: String,
+    pub calls: Vec<super::Call>,
+}
+
+impl Extraction {
+    /// Folds a sequence of events (streamed or not) into one result.
+    pub fn from_events(events: impl IntoIterator<Item = Event>) -> Self {
+        let mut x = Extraction::default();
+        for ev in events {
+            match ev {
+                Event::Text(t) => x.content.push_str(&t),
+                Event::Reasoning(t) => x.reasoning.push_str(&t),
+                Event::Call(c) => x.calls.push(c),
+            }
+        }
+        x
+    }
+}
+
+/// Extracts everything from a complete output in one call.
+pub fn extract(text: &str, set: &Arc<FormatSet>, tools: &Arc<ToolIndex>) -> Extraction {
+    let mut ex = Extractor::new(set.clone(), tools.clone());
+    let mut out = Vec::new();
+    ex.feed(text, &mut out);
+    ex.finish(&mut out);
+    Extraction::from_events(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_only_marker_prefixes() {
+        let set = Arc::new(FormatSet::none());
+        let mut ex = Extractor::new(set, Arc::new(ToolIndex::default()));
+        let mut out = Vec::new();
+        ex.feed("a < b <thi", &mut out);
+        assert_eq!(out, vec![Event::Text("a < b ".into())]);
+        ex.feed("nk>why</th", &mut out);
+        ex.feed("ink>done", &mut out);
+        ex.finish(&mut out);
+        assert_eq!(
+            out,
+            vec![Event::Text("a < b ".into()), Event::Reasoning("why".into()), Event::Text("done".into())]
+        );
+    }
+
+    #[test]
+    fn balance_respects_strings() {
+        let mut s = Balance::default();
+        let mut pos = 0;
+        assert!(!balance(&mut s, br#"{"a": "}'", "b": ["#, &mut pos));
+        assert!(balance(&mut s, br#"{"a": "}'", "b": [1]}"#, &mut pos));
+    }
+}

@@ -1,0 +1,127 @@
+//! Schema-driven typing of raw text values (XML parameters, key/value
+//! formats). The tool's JSON schema decides; without a schema a value stays a
+//! string, so `"02139"` is never sniffed into a number.
+
+use serde_json::{Map, Number, Value};
+
+/// The schema of parameter `key` in a tool's parameters schema.
+pub fn param<'a>(tool: Option<&'a Value>, key: &str) -> Option<&'a Value> {
+    tool?.get("properties")?.get(key)
+}
+
+/// The name of the tool's single string parameter (the only required one, or
+/// the only property), used for plain-string arguments.
+pub fn single_string_param(schema: &Value) -> Option<String> {
+    let props = schema.get("properties")?.as_object()?;
+    let is_str = |k: &str| props.get(k).is_some_and(|p| types(p).iter().any(|t| t == "string"));
+    if let Some(req) = schema.get("required").and_then(Value::as_array) {
+        let req: Vec<&str> = req.iter().filter_map(Value::as_str).collect();
+        if req.len() == 1 && is_str(req[0]) {
+            return Some(req[0].to_string());
+        }
+    }
+    let strings: Vec<&String> = props.keys().filter(|k| is_str(k)).collect();
+    (strings.len() == 1).then(|| strings[0].clone())
+}
+
+/// The type names a schema allows, looking through `anyOf`/`oneOf`, type
+/// arrays and `enum`.
+fn types(schema: &Value) -> Vec<String> {
+    let mut out = Vec::new();
+    match schema.get("type") {
+        Some(Value::String(t)) => out.push(t.to_ascii_lowercase()),
+        Some(Value::Array(ts)) => out.extend(ts.iter().filter_map(Value::as_str).map(str::to_ascii_lowercase)),
+        _ => {}
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(Value::Array(alts)) = schema.get(key) {
+            for a in alts {
+                out.extend(types(a));
+            }
+        }
+    }
+    if out.is_empty() && schema.get("enum").is_some() {
+        out.push("enum".into());
+    }
+    out
+}
+
+/// Converts a raw text value by its parameter schema.
+pub fn coerce(raw: &str, schema: Option<&Value>) -> Value {
+    let Some(schema) = schema else { return Value::String(raw.to_string()) };
+    let ts = types(schema);
+    let t = raw.trim();
+    if ts.iter().any(|t| t == "null") && (t == "null" || t == "None") {
+        return Value::Null;
+    }
+    for ty in &ts {
+        let v = match ty.as_str() {
+            "string" | "str" | "text" | "varchar" | "char" | "enum" => return Value::String(raw.to_string()),
+            "integer" | "int" => t.parse::<i64>().ok().map(Value::from).or_else(|| float(t)),
+            "number" | "float" => float(t),
+            "boolean" | "bool" => match t.to_ascii_lowercase().as_str() {
+                "true" | "1" | "yes" | "on" => Some(Value::Bool(true)),
+                "false" | "0" | "no" | "off" => Some(Value::Bool(false)),
+                _ => None,
+            },
+            "object" | "array" | "dict" | "list" => structured(t),
+            _ => None,
+        };
+        if let Some(v) = v {
+            return v;
+        }
+    }
+    if ts.is_empty() {
+        // A schema with no type: JSON if it is JSON, else the string.
+        return structured(t).unwrap_or_else(|| Value::String(raw.to_string()));
+    }
+    Value::String(raw.to_string())
+}
+
+fn float(t: &str) -> Option<Value> {
+    let f: f64 = t.parse().ok()?;
+    if f.fract() == 0.0 && f.abs() < 9.0e15 {
+        return Some(Value::from(f as i64));
+    }
+    Number::from_f64(f).map(Value::Number)
+}
+
+/// JSON, then a repaired/Python-literal reading (`{'a': True}`).
+fn structured(t: &str) -> Option<Value> {
+    if let Ok(v) = serde_json::from_str::<Value>(t) {
+        return Some(v);
+    }
+    if !(t.starts_with('{') || t.starts_with('[')) {
+        return None;
+    }
+    llm_json::loads(t, &llm_json::RepairOptions::default()).ok()
+}
+
+/// Builds an arguments object from raw key/value pairs typed by the tool's
+/// schema.
+pub fn object_from_pairs<'a>(tool: Option<&Value>, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Value {
+    let mut m = Map::new();
+    for (k, v) in pairs {
+        let k = k.trim();
+        m.insert(k.to_string(), coerce(v, param(tool, k)));
+    }
+    Value::Object(m)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn strings_are_never_sniffed() {
+        assert_eq!(coerce("02139", Some(&json!({"type": "string"}))), json!("02139"));
+        assert_eq!(coerce("02139", None), json!("02139"));
+        assert_eq!(coerce("5", Some(&json!({"type": "integer"}))), json!(5));
+        assert_eq!(coerce("2.0", Some(&json!({"type": "number"}))), json!(2));
+        assert_eq!(coerce("True", Some(&json!({"type": "boolean"}))), json!(true));
+        assert_eq!(coerce("None", Some(&json!({"type": ["string", "null"]}))), json!(null));
+        assert_eq!(coerce("{'a': 1}", Some(&json!({"type": "object"}))), json!({"a": 1}));
+        assert_eq!(coerce("x", Some(&json!({"anyOf": [{"type": "integer"}, {"type": "string"}]}))), json!("x"));
+    }
+}
