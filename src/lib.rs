@@ -1,4 +1,12 @@
 //! modelshim: an OpenAI-compatible proxy that makes other vendors' models
 //! behave like OpenAI's for the official SDKs. See ARCHITECTURE.md for the map.
 
+pub mod cli;
+pub mod config;
+pub mod error;
+pub mod fixture;
+pub mod openai;
+pub mod provider;
+pub mod server;
+pub mod stream;
 pub mod toolcall;

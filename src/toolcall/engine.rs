@@ -46,7 +46,9 @@ pub struct FormatSet {
 
 impl std::fmt::Debug for FormatSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.formats.iter().map(|p| p.name())).finish()
+        f.debug_list()
+            .entries(self.formats.iter().map(|p| p.name()))
+            .finish()
     }
 }
 
@@ -103,7 +105,14 @@ impl FormatSet {
             .match_kind(MatchKind::LeftmostLongest)
             .build(patterns.iter().map(|(p, _)| p))
             .ok();
-        FormatSet { formats, patterns, ac, max_len, first_byte, start_byte }
+        FormatSet {
+            formats,
+            patterns,
+            ac,
+            max_len,
+            first_byte,
+            start_byte,
+        }
     }
 
     pub fn names(&self) -> Vec<&'static str> {
@@ -122,7 +131,11 @@ impl FormatSet {
         for i in lo..b.len() {
             if self.first_byte[b[i] as usize] && buf.is_char_boundary(i) {
                 let tail = &b[i..];
-                if self.patterns.iter().any(|(p, _)| p.len() > tail.len() && p.as_bytes().starts_with(tail)) {
+                if self
+                    .patterns
+                    .iter()
+                    .any(|(p, _)| p.len() > tail.len() && p.as_bytes().starts_with(tail))
+                {
                     return b.len() - i;
                 }
             }
@@ -134,9 +147,9 @@ impl FormatSet {
     /// once more text arrives (`<tool_call>` vs `<tool_calls>`).
     fn could_grow(&self, buf: &str, start: usize, matched: usize) -> bool {
         let tail = &buf.as_bytes()[start..];
-        self.patterns
-            .iter()
-            .any(|(p, _)| p.len() > matched && p.len() > tail.len() && p.as_bytes().starts_with(tail))
+        self.patterns.iter().any(|(p, _)| {
+            p.len() > matched && p.len() > tail.len() && p.as_bytes().starts_with(tail)
+        })
     }
 }
 
@@ -189,8 +202,19 @@ impl Extractor {
     }
 
     pub fn with_options(set: Arc<FormatSet>, tools: Arc<ToolIndex>, opts: Options) -> Self {
-        let state = if opts.starts_in_reasoning { State::Reasoning { close: "</think>" } } else { State::Text };
-        Extractor { set, tools, buf: String::new(), state, at_start: true, finished: false }
+        let state = if opts.starts_in_reasoning {
+            State::Reasoning { close: "</think>" }
+        } else {
+            State::Text
+        };
+        Extractor {
+            set,
+            tools,
+            buf: String::new(),
+            state,
+            at_start: true,
+            finished: false,
+        }
     }
 
     /// Feeds the next piece of model text; complete events are appended.
@@ -247,13 +271,20 @@ impl Extractor {
                         .filter(|f| self.set.formats[*f].start_bytes().contains(&byte))
                         .map(new_cand)
                         .collect();
-                    self.state = State::Region { cands, marker_len: 1 };
+                    self.state = State::Region {
+                        cands,
+                        marker_len: 1,
+                    };
                     return true;
                 }
                 Some(_) => {}
             }
         }
-        let found = self.set.ac.as_ref().and_then(|ac| ac.find(self.buf.as_str()));
+        let found = self
+            .set
+            .ac
+            .as_ref()
+            .and_then(|ac| ac.find(self.buf.as_str()));
         if let Some(m) = found {
             if !eof && self.set.could_grow(&self.buf, m.start(), m.len()) {
                 self.emit_text_to(m.start(), out);
@@ -267,12 +298,19 @@ impl Extractor {
                 }
                 Pattern::Marker { formats } => {
                     let cands = formats.iter().copied().map(new_cand).collect();
-                    self.state = State::Region { cands, marker_len: m.len() };
+                    self.state = State::Region {
+                        cands,
+                        marker_len: m.len(),
+                    };
                 }
             }
             return true;
         }
-        let hold = if eof { 0 } else { self.set.partial_suffix(&self.buf) };
+        let hold = if eof {
+            0
+        } else {
+            self.set.partial_suffix(&self.buf)
+        };
         self.emit_text_to(self.buf.len() - hold, out);
         false
     }
@@ -285,16 +323,26 @@ impl Extractor {
             self.state = State::Text;
             return true;
         }
-        let hold = if eof { 0 } else { suffix_prefix_len(&self.buf, close) };
+        let hold = if eof {
+            0
+        } else {
+            suffix_prefix_len(&self.buf, close)
+        };
         let r: String = self.buf.drain(..self.buf.len() - hold).collect();
         emit(out, Event::Reasoning(r));
         false
     }
 
     fn step_region(&mut self, eof: bool, out: &mut Vec<Event>) -> bool {
-        let State::Region { cands, marker_len } = &mut self.state else { return false };
+        let State::Region { cands, marker_len } = &mut self.state else {
+            return false;
+        };
         let marker_len = *marker_len;
-        let ctx = Ctx { tools: &self.tools, eof, at_start: self.at_start };
+        let ctx = Ctx {
+            tools: &self.tools,
+            eof,
+            at_start: self.at_start,
+        };
         let mut done: Option<args::Finished> = None;
         let mut i = 0;
         while i < cands.len() {
@@ -316,7 +364,10 @@ impl Extractor {
                 },
                 Step::Need(w) if !eof && self.buf.len() <= MAX_REGION => {
                     if w != c.wait {
-                        *c = Cand { wait: w, ..new_cand(c.format) };
+                        *c = Cand {
+                            wait: w,
+                            ..new_cand(c.format)
+                        };
                     }
                     // Re-check at once: the condition may already hold.
                     if satisfied(c, &self.buf) {
@@ -365,7 +416,12 @@ impl Extractor {
 }
 
 fn new_cand(format: usize) -> Cand {
-    Cand { format, wait: Wait::Len(0), pos: 0, bal: Balance::default() }
+    Cand {
+        format,
+        wait: Wait::Len(0),
+        pos: 0,
+        bal: Balance::default(),
+    }
 }
 
 /// Appends an event, merging adjacent text (or reasoning) and skipping empties.
@@ -451,7 +507,10 @@ fn suffix_prefix_len(buf: &str, needle: &str) -> usize {
     let b = buf.as_bytes();
     let n = needle.as_bytes();
     let max = (n.len() - 1).min(b.len());
-    (1..=max).rev().find(|k| n.starts_with(&b[b.len() - k..])).unwrap_or(0)
+    (1..=max)
+        .rev()
+        .find(|k| n.starts_with(&b[b.len() - k..]))
+        .unwrap_or(0)
 }
 
 fn ceil_char_boundary(s: &str, mut i: usize) -> usize {
@@ -510,7 +569,11 @@ mod tests {
         ex.finish(&mut out);
         assert_eq!(
             out,
-            vec![Event::Text("a < b ".into()), Event::Reasoning("why".into()), Event::Text("done".into())]
+            vec![
+                Event::Text("a < b ".into()),
+                Event::Reasoning("why".into()),
+                Event::Text("done".into())
+            ]
         );
     }
 

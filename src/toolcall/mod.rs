@@ -21,7 +21,7 @@ pub mod scan;
 mod tools;
 pub mod typing;
 
-pub use engine::{Extraction, Extractor, FormatSet, extract};
+pub use engine::{Extraction, Extractor, FormatSet, Options, extract};
 pub use event::{Call, Event};
 pub use tools::ToolIndex;
 
@@ -122,10 +122,18 @@ pub enum Args {
 
 impl RawCall {
     pub fn json(name: impl Into<String>, args: impl Into<String>) -> Self {
-        RawCall { name: name.into(), args: Args::Json(args.into()), id: None }
+        RawCall {
+            name: name.into(),
+            args: Args::Json(args.into()),
+            id: None,
+        }
     }
     pub fn value(name: impl Into<String>, args: serde_json::Value) -> Self {
-        RawCall { name: name.into(), args: Args::Value(args), id: None }
+        RawCall {
+            name: name.into(),
+            args: Args::Value(args),
+            id: None,
+        }
     }
 }
 

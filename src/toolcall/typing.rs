@@ -13,7 +13,11 @@ pub fn param<'a>(tool: Option<&'a Value>, key: &str) -> Option<&'a Value> {
 /// the only property), used for plain-string arguments.
 pub fn single_string_param(schema: &Value) -> Option<String> {
     let props = schema.get("properties")?.as_object()?;
-    let is_str = |k: &str| props.get(k).is_some_and(|p| types(p).iter().any(|t| t == "string"));
+    let is_str = |k: &str| {
+        props
+            .get(k)
+            .is_some_and(|p| types(p).iter().any(|t| t == "string"))
+    };
     if let Some(req) = schema.get("required").and_then(Value::as_array) {
         let req: Vec<&str> = req.iter().filter_map(Value::as_str).collect();
         if req.len() == 1 && is_str(req[0]) {
@@ -30,7 +34,11 @@ fn types(schema: &Value) -> Vec<String> {
     let mut out = Vec::new();
     match schema.get("type") {
         Some(Value::String(t)) => out.push(t.to_ascii_lowercase()),
-        Some(Value::Array(ts)) => out.extend(ts.iter().filter_map(Value::as_str).map(str::to_ascii_lowercase)),
+        Some(Value::Array(ts)) => out.extend(
+            ts.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_ascii_lowercase),
+        ),
         _ => {}
     }
     for key in ["anyOf", "oneOf"] {
@@ -48,7 +56,9 @@ fn types(schema: &Value) -> Vec<String> {
 
 /// Converts a raw text value by its parameter schema.
 pub fn coerce(raw: &str, schema: Option<&Value>) -> Value {
-    let Some(schema) = schema else { return Value::String(raw.to_string()) };
+    let Some(schema) = schema else {
+        return Value::String(raw.to_string());
+    };
     let ts = types(schema);
     let t = raw.trim();
     if ts.iter().any(|t| t == "null") && (t == "null" || t == "None") {
@@ -56,7 +66,9 @@ pub fn coerce(raw: &str, schema: Option<&Value>) -> Value {
     }
     for ty in &ts {
         let v = match ty.as_str() {
-            "string" | "str" | "text" | "varchar" | "char" | "enum" => return Value::String(raw.to_string()),
+            "string" | "str" | "text" | "varchar" | "char" | "enum" => {
+                return Value::String(raw.to_string());
+            }
             "integer" | "int" => t.parse::<i64>().ok().map(Value::from).or_else(|| float(t)),
             "number" | "float" => float(t),
             "boolean" | "bool" => match t.to_ascii_lowercase().as_str() {
@@ -99,7 +111,10 @@ fn structured(t: &str) -> Option<Value> {
 
 /// Builds an arguments object from raw key/value pairs typed by the tool's
 /// schema.
-pub fn object_from_pairs<'a>(tool: Option<&Value>, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Value {
+pub fn object_from_pairs<'a>(
+    tool: Option<&Value>,
+    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
+) -> Value {
     let mut m = Map::new();
     for (k, v) in pairs {
         let k = k.trim();
@@ -115,13 +130,31 @@ mod tests {
 
     #[test]
     fn strings_are_never_sniffed() {
-        assert_eq!(coerce("02139", Some(&json!({"type": "string"}))), json!("02139"));
+        assert_eq!(
+            coerce("02139", Some(&json!({"type": "string"}))),
+            json!("02139")
+        );
         assert_eq!(coerce("02139", None), json!("02139"));
         assert_eq!(coerce("5", Some(&json!({"type": "integer"}))), json!(5));
         assert_eq!(coerce("2.0", Some(&json!({"type": "number"}))), json!(2));
-        assert_eq!(coerce("True", Some(&json!({"type": "boolean"}))), json!(true));
-        assert_eq!(coerce("None", Some(&json!({"type": ["string", "null"]}))), json!(null));
-        assert_eq!(coerce("{'a': 1}", Some(&json!({"type": "object"}))), json!({"a": 1}));
-        assert_eq!(coerce("x", Some(&json!({"anyOf": [{"type": "integer"}, {"type": "string"}]}))), json!("x"));
+        assert_eq!(
+            coerce("True", Some(&json!({"type": "boolean"}))),
+            json!(true)
+        );
+        assert_eq!(
+            coerce("None", Some(&json!({"type": ["string", "null"]}))),
+            json!(null)
+        );
+        assert_eq!(
+            coerce("{'a': 1}", Some(&json!({"type": "object"}))),
+            json!({"a": 1})
+        );
+        assert_eq!(
+            coerce(
+                "x",
+                Some(&json!({"anyOf": [{"type": "integer"}, {"type": "string"}]}))
+            ),
+            json!("x")
+        );
     }
 }

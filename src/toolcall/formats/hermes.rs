@@ -31,11 +31,16 @@ impl Format for Hermes {
                 // Truncated (or a model that never closes): accept only a
                 // complete object followed by nothing else.
                 return match json_end(region, body) {
-                    Some(end) if region[end..].trim().is_empty() => one_call(region, body, end, region.len()),
+                    Some(end) if region[end..].trim().is_empty() => {
+                        one_call(region, body, end, region.len())
+                    }
                     _ => Step::Reject,
                 };
             }
-            return Step::Need(Wait::Marker { marker: CLOSE, from: body });
+            return Step::Need(Wait::Marker {
+                marker: CLOSE,
+                from: body,
+            });
         };
         let end = region[..close].trim_end().len();
         one_call(region, body, end, close + CLOSE.len())
@@ -45,12 +50,27 @@ impl Format for Hermes {
 fn one_call(region: &str, body: usize, end: usize, consumed: usize) -> Step {
     let text = &region[body..end];
     let call = match call_object_raw(text) {
-        Some((name, args)) => RawCall { name, args: args.map_or(Args::Empty, Args::Json), id: None },
+        Some((name, args)) => RawCall {
+            name,
+            args: args.map_or(Args::Empty, Args::Json),
+            id: None,
+        },
         // Damaged JSON inside a closed tag: repair it, then read the shape.
-        None => match crate::toolcall::args_repair_object(text).as_ref().and_then(crate::toolcall::scan::call_object) {
-            Some((name, args)) => RawCall { name, args: args.map_or(Args::Empty, Args::Json), id: None },
+        None => match crate::toolcall::args_repair_object(text)
+            .as_ref()
+            .and_then(crate::toolcall::scan::call_object)
+        {
+            Some((name, args)) => RawCall {
+                name,
+                args: args.map_or(Args::Empty, Args::Json),
+                id: None,
+            },
             None => return Step::Reject,
         },
     };
-    Step::Done(Parsed { consumed, calls: vec![call], ..Default::default() })
+    Step::Done(Parsed {
+        consumed,
+        calls: vec![call],
+        ..Default::default()
+    })
 }

@@ -6,35 +6,35 @@
 
 use super::Format;
 
-mod hermes;
-mod ernie45;
-mod qwen3_coder_xml;
-mod glm45;
-mod granite;
-mod seed_oss;
-mod functionary_v3_1;
-mod mistral;
-mod llama3_json;
-mod pythonic;
+mod bare_json;
+mod command_r7b;
 mod deepseek_v3;
 mod deepseek_v31;
 mod deepseek_v32_dsml;
-mod kimi_k2;
-mod minimax_m1;
-mod hunyuan_a13b;
-mod hunyuan_v3;
-mod minimax_m2;
-mod step3;
-mod internlm2;
-mod qwen_agent_fn;
-mod command_r7b;
+mod ernie45;
+mod functionary_v3_1;
+mod functionary_v3_2;
 mod functools;
 mod gemma4;
+mod glm45;
+mod granite;
 mod harmony;
-mod functionary_v3_2;
+mod hermes;
+mod hunyuan_a13b;
+mod hunyuan_v3;
+mod internlm2;
+mod kimi_k2;
+mod llama3_json;
 mod markdown_json_fence;
+mod minimax_m1;
+mod minimax_m2;
+mod mistral;
+mod pythonic;
+mod qwen3_coder_xml;
+mod qwen_agent_fn;
 mod react;
-mod bare_json;
+mod seed_oss;
+mod step3;
 
 /// Every format, in dispatch order.
 pub static ALL: &[&dyn Format] = &[
@@ -82,6 +82,9 @@ static ALIASES: &[(&str, &str)] = &[
 
 /// Looks a format up by name or alias.
 pub fn by_name(name: &str) -> Option<&'static dyn Format> {
-    let name = ALIASES.iter().find(|(a, _)| *a == name).map_or(name, |(_, n)| n);
+    let name = ALIASES
+        .iter()
+        .find(|(a, _)| *a == name)
+        .map_or(name, |(_, n)| n);
     ALL.iter().copied().find(|f| f.name() == name)
 }

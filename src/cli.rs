@@ -1,0 +1,319 @@
+//! The command line (DESIGN.md "Command line"). Each subcommand is a small
+//! function over the library; `main.rs` only dispatches.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use serde_json::{Value, json};
+
+use crate::config::{Config, ProviderConfig};
+use crate::fixture::Replay;
+use crate::provider::{Profile, load_profiles};
+use crate::server::{AppState, app};
+use crate::toolcall::{FormatSet, ToolIndex, extract};
+
+#[derive(Parser)]
+#[command(
+    name = "modelshim",
+    version,
+    about = "An OpenAI-compatible proxy that makes every vendor's models behave like OpenAI's."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the proxy.
+    Serve {
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Address to listen on (default 127.0.0.1:8787).
+        #[arg(long)]
+        listen: Option<String>,
+        /// Log as JSON lines.
+        #[arg(long)]
+        json_logs: bool,
+    },
+    /// Serve recorded fixtures as an OpenAI-compatible upstream.
+    Replay {
+        dir: PathBuf,
+        #[arg(long, default_value = "127.0.0.1:8788")]
+        listen: String,
+        /// Multiplier on recorded delays between stream events (0 = no delay).
+        #[arg(long, default_value_t = 0.0)]
+        speed: f64,
+    },
+    /// Recover tool calls from model text (FILE or stdin) and print them.
+    Extract {
+        /// A format name, or `auto` for every format.
+        #[arg(long, default_value = "auto")]
+        format: String,
+        /// OpenAI tool definitions (a JSON array, or an object with `tools`).
+        #[arg(long)]
+        tools: Option<PathBuf>,
+        file: Option<PathBuf>,
+    },
+    /// Validate the config and the profiles; non-zero exit on any error.
+    Check {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// List provider profiles and what each one fixes.
+    Providers {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+}
+
+pub async fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Serve {
+            config,
+            listen,
+            json_logs,
+        } => serve(config, listen, json_logs).await,
+        Command::Replay { dir, listen, speed } => replay(dir, listen, speed).await,
+        Command::Extract {
+            format,
+            tools,
+            file,
+        } => extract_cmd(&format, tools, file),
+        Command::Check { config } => check(config),
+        Command::Providers { config } => providers(config),
+    }
+}
+
+fn init_logs(json: bool) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if json {
+        b.json().init();
+    } else {
+        b.init();
+    }
+}
+
+/// Loads the config and every profile.
+fn load(flag: Option<PathBuf>) -> Result<(Config, std::collections::BTreeMap<String, Profile>)> {
+    let (config, path) = Config::load(flag)?;
+    if let Some(p) = &path {
+        tracing::info!("config: {}", p.display());
+    }
+    let dir = config.providers_dir.clone().or_else(|| {
+        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".modelshim/providers"))
+    });
+    let profiles = load_profiles(dir.as_deref())?;
+    Ok((config, profiles))
+}
+
+/// With no `[providers]` table every profile is a provider under its id.
+fn default_providers(config: &mut Config, profiles: &std::collections::BTreeMap<String, Profile>) {
+    if config.providers.is_empty() {
+        for id in profiles.keys() {
+            config
+                .providers
+                .insert(id.clone(), ProviderConfig::default());
+        }
+    }
+}
+
+async fn serve(flag: Option<PathBuf>, listen: Option<String>, json_logs: bool) -> Result<()> {
+    init_logs(json_logs);
+    let (mut config, profiles) = load(flag)?;
+    if config.auth.is_some() {
+        bail!(
+            "[auth] is not supported by this version; refusing to start rather than serve without the keys you configured"
+        );
+    }
+    for s in config.inactive_sections() {
+        tracing::warn!("config section [{s}] is not active in this version and is ignored");
+    }
+    default_providers(&mut config, &profiles);
+    // The demo provider replays bundled fixtures from an in-process server.
+    let demo = config
+        .providers
+        .iter_mut()
+        .find(|(n, p)| p.profile.as_deref().unwrap_or(n) == "demo");
+    if let Some((_, pc)) = demo {
+        if pc.base_url.is_none() {
+            let addr = crate::fixture::spawn(Arc::new(Replay::demo()), "127.0.0.1:0").await?;
+            pc.base_url = Some(format!("http://{addr}/v1"));
+        }
+    }
+    let state = AppState::new(&config, &profiles)?;
+    let addr = listen
+        .or(config.listen.clone())
+        .unwrap_or_else(|| "127.0.0.1:8787".into());
+    let listener = tokio::net::TcpListener::bind(&addr)
+        .await
+        .with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listener.local_addr()?;
+    let names: Vec<String> = state.providers.iter().map(|p| p.name.clone()).collect();
+    tracing::info!(providers = %names.join(","), "modelshim listening on http://{local}/v1");
+    let shutdown_state = state.clone();
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            shutdown_state.set_ready(false);
+            tracing::info!("shutting down: finishing in-flight requests");
+        })
+        .await?;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}
+
+async fn replay(dir: PathBuf, listen: String, speed: f64) -> Result<()> {
+    init_logs(false);
+    let mut files = Vec::new();
+    collect_json(&dir, &mut files)?;
+    let (replay, problems) = Replay::new(files, speed);
+    for p in problems {
+        tracing::error!("{p}");
+    }
+    if replay.is_empty() {
+        bail!("no fixtures found under {}", dir.display());
+    }
+    let n = replay.len();
+    let listener = tokio::net::TcpListener::bind(&listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    tracing::info!(
+        "replaying {n} recordings on http://{}/v1",
+        listener.local_addr()?
+    );
+    axum::serve(listener, crate::fixture::router(Arc::new(replay)))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
+    Ok(())
+}
+
+fn collect_json(dir: &std::path::Path, out: &mut Vec<(String, String)>) -> Result<()> {
+    for e in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
+        let path = e?.path();
+        if path.is_dir() {
+            collect_json(&path, out)?;
+        } else if path.extension().is_some_and(|x| x == "json") {
+            match std::fs::read_to_string(&path) {
+                Ok(t) => out.push((path.display().to_string(), t)),
+                Err(e) => tracing::error!("{}: {e}", path.display()),
+            }
+        }
+    }
+    Ok(())
+}
+
+fn extract_cmd(format: &str, tools: Option<PathBuf>, file: Option<PathBuf>) -> Result<()> {
+    let set = if format == "auto" {
+        FormatSet::all()
+    } else {
+        FormatSet::named(&[format]).map_err(|n| {
+            let known: Vec<&str> = crate::toolcall::formats::ALL
+                .iter()
+                .map(|f| f.name())
+                .collect();
+            anyhow::anyhow!("unknown format {n:?}; known: auto, {}", known.join(", "))
+        })?
+    };
+    let index = match tools {
+        Some(p) => {
+            let v: Value = serde_json::from_str(
+                &std::fs::read_to_string(&p)
+                    .with_context(|| format!("cannot read {}", p.display()))?,
+            )
+            .with_context(|| format!("{} is not JSON", p.display()))?;
+            let list = v.get("tools").cloned().unwrap_or(v);
+            ToolIndex::from_openai(list.as_array().map(Vec::as_slice).unwrap_or_default())
+        }
+        None => ToolIndex::open(),
+    };
+    let mut text = String::new();
+    match file {
+        Some(p) => {
+            text = std::fs::read_to_string(&p)
+                .with_context(|| format!("cannot read {}", p.display()))?
+        }
+        None => {
+            std::io::stdin().read_to_string(&mut text)?;
+        }
+    }
+    let x = extract(&text, &Arc::new(set), &Arc::new(index));
+    let calls: Vec<Value> = x
+        .calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            json!({"index": i, "id": c.id.clone().unwrap_or_else(crate::openai::new_call_id), "type": "function",
+                   "function": {"name": c.name, "arguments": c.arguments}, "format": c.format})
+        })
+        .collect();
+    let out = json!({"tool_calls": calls, "content": x.content, "reasoning_content": x.reasoning});
+    println!("{}", serde_json::to_string_pretty(&out)?);
+    Ok(())
+}
+
+fn check(flag: Option<PathBuf>) -> Result<()> {
+    let (mut config, profiles) = load(flag)?;
+    default_providers(&mut config, &profiles);
+    let state = AppState::new(&config, &profiles)?;
+    let mut warnings = 0;
+    for p in state.providers.iter() {
+        let key = match (&p.profile.api_key_env, p.api_key()) {
+            (Some(var), None) => {
+                warnings += 1;
+                format!("key: {var} not set")
+            }
+            (Some(var), Some(_)) => format!("key: {var} set"),
+            (None, _) => "no key needed".into(),
+        };
+        println!("ok   provider {:<12} {} ({key})", p.name, p.base_url);
+    }
+    for s in config.inactive_sections() {
+        println!("note [{s}] is not active in this version");
+    }
+    println!(
+        "{} providers, {} profiles, {warnings} warnings",
+        state.providers.iter().count(),
+        profiles.len()
+    );
+    Ok(())
+}
+
+fn providers(flag: Option<PathBuf>) -> Result<()> {
+    let (_, profiles) = load(flag)?;
+    for p in profiles.values() {
+        let key = p.api_key_env.as_deref().unwrap_or("-");
+        println!(
+            "{:<12} {}  ({})\n             key: {key}",
+            p.id, p.name, p.base_url
+        );
+        for f in p.fixes() {
+            println!("             - {f}");
+        }
+    }
+    Ok(())
+}

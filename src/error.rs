@@ -1,0 +1,98 @@
+//! The HTTP edge's error type and its one mapping to OpenAI's error body:
+//! `{"error": {"message", "type", "param", "code"}}` with the status code the
+//! OpenAI SDKs turn into the right exception class.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::provider::UpstreamError;
+
+/// OpenAI's error object (the value under `"error"`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ErrorObject {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub param: Option<String>,
+    pub code: Option<String>,
+    /// Whatever else the upstream said (kept, never dropped).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+impl ErrorObject {
+    pub fn new(kind: &str, message: impl Into<String>) -> Self {
+        ErrorObject {
+            message: message.into(),
+            kind: kind.to_string(),
+            ..Default::default()
+        }
+    }
+
+    pub fn with_code(mut self, code: &str) -> Self {
+        self.code = Some(code.to_string());
+        self
+    }
+
+    /// The body `{"error": {...}}`.
+    pub fn to_body(&self) -> Value {
+        serde_json::json!({ "error": self })
+    }
+}
+
+/// Everything a request can fail with, by cause.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The client sent something invalid.
+    #[error("{message}")]
+    InvalidRequest {
+        message: String,
+        param: Option<String>,
+    },
+    /// The model names no configured provider.
+    #[error("{0}")]
+    ModelNotFound(String),
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+}
+
+impl ApiError {
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ApiError::InvalidRequest {
+            message: message.into(),
+            param: None,
+        }
+    }
+
+    pub fn invalid_param(param: &str, message: impl Into<String>) -> Self {
+        ApiError::InvalidRequest {
+            message: message.into(),
+            param: Some(param.to_string()),
+        }
+    }
+
+    /// Status code and OpenAI error object.
+    pub fn to_openai(&self) -> (StatusCode, ErrorObject) {
+        match self {
+            ApiError::InvalidRequest { message, param } => {
+                let mut e = ErrorObject::new("invalid_request_error", message.clone());
+                e.param = param.clone();
+                (StatusCode::BAD_REQUEST, e)
+            }
+            ApiError::ModelNotFound(msg) => (
+                StatusCode::NOT_FOUND,
+                ErrorObject::new("invalid_request_error", msg.clone()).with_code("model_not_found"),
+            ),
+            ApiError::Upstream(e) => e.to_openai(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, obj) = self.to_openai();
+        (status, axum::Json(obj.to_body())).into_response()
+    }
+}

@@ -1,0 +1,246 @@
+//! Providers: profiles (vendor data), the resolved set of configured
+//! providers, and routing a request's `model` to one of them.
+
+mod errors;
+mod profile;
+pub mod request;
+pub mod upstream;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+pub use errors::{UpstreamError, error_in_success, map_error};
+pub use profile::{Profile, ThinkingStyle, ToolMode};
+
+use crate::config::{Config, ConfigError, UpstreamConfig};
+use crate::toolcall::FormatSet;
+
+/// Profiles compiled into the binary from `providers/*.toml`.
+static BUNDLED: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/bundled_profiles.rs"));
+
+/// All known profiles: bundled, then the user folder's (which win by id).
+pub fn load_profiles(user_dir: Option<&Path>) -> Result<BTreeMap<String, Profile>, ConfigError> {
+    let mut out = BTreeMap::new();
+    for (id, text) in BUNDLED {
+        let p = Profile::parse(id, text)
+            .map_err(|e| ConfigError::Invalid(format!("bundled profile {id}: {e}")))?;
+        out.insert(id.to_string(), p);
+    }
+    let Some(dir) = user_dir.filter(|d| d.is_dir()) else {
+        return Ok(out);
+    };
+    let entries = std::fs::read_dir(dir).map_err(|source| ConfigError::Read {
+        path: dir.into(),
+        source,
+    })?;
+    for e in entries.filter_map(Result::ok) {
+        let path = e.path();
+        if path.extension().is_none_or(|x| x != "toml") {
+            continue;
+        }
+        let id = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or_default()
+            .to_string();
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let p = Profile::parse(&id, &text)
+            .map_err(|e| ConfigError::Invalid(format!("{}: {e}", path.display())))?;
+        out.insert(id, p);
+    }
+    Ok(out)
+}
+
+/// One configured provider, resolved.
+#[derive(Debug)]
+pub struct Provider {
+    /// The model prefix clients use.
+    pub name: String,
+    pub profile: Profile,
+    pub base_url: String,
+    /// The key, read from the environment at startup; never logged.
+    api_key: Option<String>,
+    pub mode: ToolMode,
+    pub models: Vec<String>,
+    pub upstream: UpstreamConfig,
+    /// Text formats by model glob, first match wins.
+    formats: Vec<(globset::GlobMatcher, Arc<FormatSet>)>,
+    /// Formats for models that match no glob (all of them).
+    all_formats: Arc<FormatSet>,
+    /// Reasoning splitting only (no tool recovery).
+    no_formats: Arc<FormatSet>,
+}
+
+impl Provider {
+    pub fn api_key(&self) -> Option<&str> {
+        self.api_key.as_deref()
+    }
+
+    /// The tool-call formats to recover for `model` (`None` set when the
+    /// mode or the request calls for no recovery).
+    pub fn formats_for(&self, model: &str, declares_tools: bool) -> Arc<FormatSet> {
+        let recover = match self.mode {
+            ToolMode::Native => false,
+            ToolMode::Text | ToolMode::Prompt => true,
+            ToolMode::Auto => declares_tools,
+        };
+        if !recover {
+            return self.no_formats.clone();
+        }
+        let model = model.to_ascii_lowercase();
+        self.formats
+            .iter()
+            .find(|(g, _)| g.is_match(&model))
+            .map_or_else(|| self.all_formats.clone(), |(_, s)| s.clone())
+    }
+}
+
+/// Where one request goes.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub provider: Arc<Provider>,
+    /// The model name the upstream knows.
+    pub model: String,
+}
+
+/// Every configured provider and the aliases.
+#[derive(Debug, Default)]
+pub struct Providers {
+    by_name: BTreeMap<String, Arc<Provider>>,
+    aliases: BTreeMap<String, String>,
+    default: Option<String>,
+}
+
+impl Providers {
+    /// Resolves the config: with no `[providers]`, every profile becomes a
+    /// provider under its own id (keys from the environment).
+    pub fn resolve(
+        config: &Config,
+        profiles: &BTreeMap<String, Profile>,
+    ) -> Result<Self, ConfigError> {
+        let mut tables = config.providers.clone();
+        if tables.is_empty() {
+            for id in profiles.keys() {
+                tables.insert(id.clone(), Default::default());
+            }
+        }
+        let mut by_name = BTreeMap::new();
+        for (name, pc) in &tables {
+            if name.contains('/') || name.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "provider name {name:?} must be non-empty and contain no '/'"
+                )));
+            }
+            let pid = pc.profile.clone().unwrap_or_else(|| name.clone());
+            let profile = profiles.get(&pid).cloned().ok_or_else(|| {
+                ConfigError::Invalid(format!(
+                    "provider {name}: no profile named {pid:?} (known: {})",
+                    profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+                ))
+            })?;
+            let key_env = pc
+                .api_key_env
+                .clone()
+                .or_else(|| profile.api_key_env.clone());
+            let api_key = key_env
+                .and_then(|v| std::env::var(v).ok())
+                .filter(|k| !k.is_empty());
+            let mut formats = Vec::new();
+            let all_formats = match &pc.formats {
+                Some(names) => Arc::new(named(names, name)?),
+                None => {
+                    for (glob, names) in &profile.tools.formats {
+                        let g = globset::Glob::new(&glob.to_ascii_lowercase()).map_err(|e| {
+                            ConfigError::Invalid(format!(
+                                "provider {name}: model glob {glob:?}: {e}"
+                            ))
+                        })?;
+                        formats.push((g.compile_matcher(), Arc::new(named(names, name)?)));
+                    }
+                    Arc::new(FormatSet::all())
+                }
+            };
+            let provider = Provider {
+                name: name.clone(),
+                base_url: pc
+                    .base_url
+                    .clone()
+                    .unwrap_or_else(|| profile.base_url.clone())
+                    .trim_end_matches('/')
+                    .to_string(),
+                api_key,
+                mode: pc.tool_calls.or(profile.tools.mode).unwrap_or_default(),
+                models: pc.models.clone().unwrap_or_else(|| profile.models.clone()),
+                upstream: pc
+                    .upstream
+                    .clone()
+                    .unwrap_or_else(|| config.upstream.clone()),
+                formats,
+                all_formats,
+                no_formats: Arc::new(FormatSet::none()),
+                profile,
+            };
+            if provider.mode == ToolMode::Prompt {
+                return Err(ConfigError::Invalid(format!(
+                    "provider {name}: tool_calls = \"prompt\" is not available in this version yet; use \"text\" or \"auto\""
+                )));
+            }
+            by_name.insert(name.clone(), Arc::new(provider));
+        }
+        if let Some(d) = &config.default_provider {
+            if !by_name.contains_key(d) {
+                return Err(ConfigError::Invalid(format!(
+                    "default_provider {d:?} is not a configured provider"
+                )));
+            }
+        }
+        Ok(Providers {
+            by_name,
+            aliases: config.models.clone(),
+            default: config.default_provider.clone(),
+        })
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Provider>> {
+        self.by_name.values()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Provider>> {
+        self.by_name.get(name)
+    }
+
+    pub fn aliases(&self) -> &BTreeMap<String, String> {
+        &self.aliases
+    }
+
+    /// Routes a client model name: an alias, `provider/model`, or the default
+    /// provider.
+    pub fn route(&self, model: &str) -> Option<Route> {
+        let target = self.aliases.get(model).map_or(model, String::as_str);
+        if let Some((prefix, rest)) = target.split_once('/') {
+            if let Some(p) = self.by_name.get(prefix) {
+                return Some(Route {
+                    provider: p.clone(),
+                    model: rest.to_string(),
+                });
+            }
+        }
+        let p = self.default.as_ref().and_then(|d| self.by_name.get(d))?;
+        Some(Route {
+            provider: p.clone(),
+            model: target.to_string(),
+        })
+    }
+}
+
+fn named(names: &[String], provider: &str) -> Result<FormatSet, ConfigError> {
+    FormatSet::named(names).map_err(|n| {
+        ConfigError::Invalid(format!(
+            "provider {provider}: unknown tool-call format {n:?}"
+        ))
+    })
+}

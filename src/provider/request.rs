@@ -1,0 +1,328 @@
+//! Request normalization: rewrites an OpenAI request into what one vendor
+//! accepts, driven only by [`Profile`] fields. Every rewrite here is written
+//! once and switched on by data; no vendor is named in code.
+
+use serde_json::{Map, Value, json};
+
+use super::profile::{Profile, ThinkingStyle};
+use crate::openai::{ChatRequest, Message};
+
+/// What the normalizer decided beyond the body itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    /// Send `stream: true` upstream even if the client did not stream (the
+    /// answer is assembled before it is returned).
+    pub stream_upstream: bool,
+}
+
+/// Rewrites `req` in place for `profile`; `model` is the upstream model name.
+pub fn normalize(req: &mut ChatRequest, profile: &Profile, model: &str) -> Plan {
+    req.model = model.to_string();
+    let q = &profile.request;
+    for m in &mut req.messages {
+        if m.role == "developer" {
+            if let Some(role) = &q.developer_role {
+                m.role = role.clone();
+            }
+        }
+        if q.flatten_text_parts {
+            flatten_text_parts(m);
+        }
+        if q.strip_message_name {
+            m.extra.remove("name");
+        }
+    }
+    if q.json_schema_to_prompt {
+        json_schema_to_prompt(req);
+    }
+    if q.merge_system {
+        merge_system(&mut req.messages);
+    }
+    tools(req, profile);
+    let client_streams = req.is_stream();
+    let thinking_on = thinking(req, profile);
+    let stream_upstream =
+        !client_streams && profile.thinking.stream_only && thinking_on != Some(false);
+    if stream_upstream {
+        req.stream = Some(true);
+    }
+    if !req.is_stream() {
+        // OpenAI rejects stream_options without stream; so do most vendors.
+        req.extra.remove("stream_options");
+    }
+    params(&mut req.extra, profile);
+    Plan { stream_upstream }
+}
+
+/// Parameter drops, renames, clamps and defaults.
+fn params(body: &mut Map<String, Value>, profile: &Profile) {
+    let q = &profile.request;
+    for k in &q.drop {
+        body.remove(k);
+    }
+    for (from, to) in &q.rename {
+        if let Some(v) = body.remove(from) {
+            body.entry(to.clone()).or_insert(v);
+        }
+    }
+    for (k, [lo, hi]) in &q.clamp {
+        if let Some(x) = body.get(k).and_then(Value::as_f64) {
+            let c = x.clamp(*lo, *hi);
+            if c != x {
+                body.insert(k.clone(), json!(c));
+            }
+        }
+    }
+    for (k, v) in &q.defaults {
+        body.entry(k.clone()).or_insert_with(|| v.clone());
+    }
+}
+
+/// `[{type:text,text}]` becomes `"text"` when every part is text.
+fn flatten_text_parts(m: &mut Message) {
+    let Value::Array(parts) = &m.content else {
+        return;
+    };
+    let mut text = String::new();
+    for p in parts {
+        match (
+            p.get("type").and_then(Value::as_str),
+            p.get("text").and_then(Value::as_str),
+        ) {
+            (Some("text"), Some(t)) => text.push_str(t),
+            _ => return,
+        }
+    }
+    m.content = Value::String(text);
+}
+
+fn text_of(content: &Value) -> String {
+    match content {
+        Value::String(s) => s.clone(),
+        Value::Array(parts) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
+/// All system messages become one, placed first.
+fn merge_system(messages: &mut Vec<Message>) {
+    if messages.iter().filter(|m| m.role == "system").count() < 2 {
+        return;
+    }
+    let texts: Vec<String> = messages
+        .iter()
+        .filter(|m| m.role == "system")
+        .map(|m| text_of(&m.content))
+        .collect();
+    messages.retain(|m| m.role != "system");
+    messages.insert(
+        0,
+        Message {
+            role: "system".into(),
+            content: Value::String(texts.join("\n\n")),
+            extra: Map::new(),
+        },
+    );
+}
+
+/// Adds `text` to the system message (creating one first if needed).
+pub fn append_system(messages: &mut Vec<Message>, text: &str) {
+    if let Some(m) = messages.iter_mut().find(|m| m.role == "system") {
+        let mut t = text_of(&m.content);
+        t.push_str("\n\n");
+        t.push_str(text);
+        m.content = Value::String(t);
+    } else {
+        messages.insert(
+            0,
+            Message {
+                role: "system".into(),
+                content: Value::String(text.into()),
+                extra: Map::new(),
+            },
+        );
+    }
+}
+
+/// `response_format: json_schema` becomes `json_object` plus the schema in
+/// the system prompt, for vendors without structured outputs.
+fn json_schema_to_prompt(req: &mut ChatRequest) {
+    let Some(rf) = req.extra.get("response_format") else {
+        return;
+    };
+    if rf.get("type").and_then(Value::as_str) != Some("json_schema") {
+        return;
+    }
+    let schema = rf
+        .get("json_schema")
+        .and_then(|s| s.get("schema"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    req.extra
+        .insert("response_format".into(), json!({"type": "json_object"}));
+    let text = format!(
+        "Respond with a single JSON object that validates against this JSON schema:\n{schema}"
+    );
+    append_system(&mut req.messages, &text);
+}
+
+/// Tool-surface downgrades.
+fn tools(req: &mut ChatRequest, profile: &Profile) {
+    let t = &profile.tools;
+    if t.drop_parallel_tool_calls {
+        req.extra.remove("parallel_tool_calls");
+    }
+    if t.strip_strict {
+        for tool in req.tools.iter_mut().flatten() {
+            if let Some(f) = tool.get_mut("function").and_then(Value::as_object_mut) {
+                f.remove("strict");
+            }
+        }
+    }
+    if t.tool_choice_auto_only {
+        match req.extra.get("tool_choice").cloned() {
+            Some(Value::String(s)) if s == "none" => {
+                req.tools = None;
+                req.extra.remove("tool_choice");
+            }
+            Some(Value::String(s)) if s == "required" => {
+                req.extra.insert("tool_choice".into(), json!("auto"));
+                append_system(
+                    &mut req.messages,
+                    "You must call one of the provided tools in this reply.",
+                );
+            }
+            Some(Value::Object(o)) => {
+                let name = o
+                    .get("function")
+                    .and_then(|f| f.get("name"))
+                    .and_then(Value::as_str)
+                    .unwrap_or("");
+                req.extra.insert("tool_choice".into(), json!("auto"));
+                append_system(
+                    &mut req.messages,
+                    &format!("You must call the tool `{name}` in this reply."),
+                );
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Translates the client's `reasoning_effort` into the vendor's switch.
+/// Returns whether thinking was explicitly turned on or off.
+fn thinking(req: &mut ChatRequest, profile: &Profile) -> Option<bool> {
+    let th = &profile.thinking;
+    let explicit = explicit_switch(&req.extra);
+    let Some(effort) = req
+        .extra
+        .get("reasoning_effort")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
+        return explicit;
+    };
+    let on = !matches!(effort.as_str(), "none" | "off" | "disabled");
+    let body = &mut req.extra;
+    match th.style {
+        ThinkingStyle::Effort => return Some(on),
+        ThinkingStyle::ThinkingType => {
+            body.entry("thinking")
+                .or_insert_with(|| json!({"type": if on { "enabled" } else { "disabled" }}));
+        }
+        ThinkingStyle::EnableThinking => {
+            body.entry("enable_thinking").or_insert(json!(on));
+        }
+        ThinkingStyle::ChatTemplateKwargs => {
+            let kw = body
+                .entry("chat_template_kwargs")
+                .or_insert_with(|| json!({}));
+            if let Some(kw) = kw.as_object_mut() {
+                kw.entry("enable_thinking").or_insert(json!(on));
+            }
+        }
+        ThinkingStyle::Think => {
+            body.entry("think").or_insert(json!(on));
+        }
+    }
+    if !th.keep_effort || !on {
+        body.remove("reasoning_effort");
+    }
+    explicit.or(Some(on))
+}
+
+/// A thinking switch the client set in the vendor's own words.
+fn explicit_switch(body: &Map<String, Value>) -> Option<bool> {
+    if let Some(b) = body.get("enable_thinking").and_then(Value::as_bool) {
+        return Some(b);
+    }
+    if let Some(t) = body
+        .get("thinking")
+        .and_then(|t| t.get("type"))
+        .and_then(Value::as_str)
+    {
+        return Some(t != "disabled");
+    }
+    body.get("chat_template_kwargs")
+        .and_then(|k| k.get("enable_thinking"))
+        .and_then(Value::as_bool)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(v: Value) -> ChatRequest {
+        serde_json::from_value(v).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn rewrites_follow_profile_data() {
+        let mut p = Profile::default();
+        p.request.developer_role = Some("system".into());
+        p.request.merge_system = true;
+        p.request.flatten_text_parts = true;
+        p.request.drop = vec!["frequency_penalty".into()];
+        p.request
+            .rename
+            .insert("max_completion_tokens".into(), "max_tokens".into());
+        p.request.clamp.insert("temperature".into(), [0.01, 1.0]);
+        let mut r = req(json!({
+            "model": "x", "frequency_penalty": 1, "max_completion_tokens": 9, "temperature": 1.7,
+            "messages": [
+                {"role": "developer", "content": "a"},
+                {"role": "system", "content": [{"type": "text", "text": "b"}]},
+                {"role": "user", "content": [{"type": "text", "text": "hi"}]}
+            ]
+        }));
+        normalize(&mut r, &p, "up");
+        let v = serde_json::to_value(&r).unwrap_or_default();
+        assert_eq!(v["model"], "up");
+        assert_eq!(
+            v["messages"][0],
+            json!({"role": "system", "content": "a\n\nb"})
+        );
+        assert_eq!(v["messages"][1]["content"], "hi");
+        assert_eq!(v["max_tokens"], 9);
+        assert_eq!(v["temperature"], 1.0);
+        assert!(v.get("frequency_penalty").is_none() && v.get("max_completion_tokens").is_none());
+    }
+
+    #[test]
+    fn thinking_switch_and_stream_only() {
+        let mut p = Profile::default();
+        p.thinking.style = ThinkingStyle::EnableThinking;
+        p.thinking.stream_only = true;
+        let mut r = req(json!({"model": "x", "messages": [], "reasoning_effort": "high"}));
+        let plan = normalize(&mut r, &p, "m");
+        assert!(plan.stream_upstream);
+        assert_eq!(r.extra["enable_thinking"], true);
+        assert!(!r.extra.contains_key("reasoning_effort"));
+        let mut r = req(json!({"model": "x", "messages": [], "enable_thinking": false}));
+        assert!(!normalize(&mut r, &p, "m").stream_upstream);
+    }
+}

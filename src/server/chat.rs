@@ -1,0 +1,239 @@
+//! `POST /v1/chat/completions`: parse, route, normalize the request, call the
+//! upstream, normalize the answer, and return it as one JSON body or as SSE.
+//! Streamed and non-streamed answers share the normalizer (see
+//! [`crate::stream`]), so their outcome is the same.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::{Stream, StreamExt};
+use serde_json::Value;
+
+use super::Shared;
+use crate::error::{ApiError, ErrorObject};
+use crate::openai::{ChatRequest, Chunk, Completion};
+use crate::provider::upstream::{Events, Reply};
+use crate::provider::{Route, UpstreamError, request};
+use crate::stream::{Assembler, Normalizer, completion_to_chunk, normalize::Settings};
+use crate::toolcall::ToolIndex;
+
+/// Routes a client model name, or explains which names would work.
+pub(super) fn route_for(s: &Shared, model: &str) -> Result<Route, ApiError> {
+    s.providers.route(model).ok_or_else(|| {
+        let names: Vec<&str> = s.providers.iter().map(|p| p.name.as_str()).collect();
+        ApiError::ModelNotFound(format!(
+            "The model `{model}` does not exist or is not routed: use `provider/model` with one of the configured providers ({}), or an alias from [models].",
+            names.join(", ")
+        ))
+    })
+}
+
+pub async fn completions(State(s): State<Shared>, body: Bytes) -> Result<Response, ApiError> {
+    let mut req = parse(&body)?;
+    let route = route_for(&s, &req.model)?;
+    let provider = route.provider.clone();
+    let client_stream = req.is_stream();
+    let settings = Settings {
+        formats: provider.formats_for(&route.model, req.declares_tools()),
+        tools: Arc::new(
+            req.tools
+                .as_deref()
+                .map(ToolIndex::from_openai)
+                .unwrap_or_default(),
+        ),
+        starts_in_reasoning: provider.profile.response.starts_in_reasoning,
+        want_usage: client_stream && req.wants_usage(),
+        finish_map: provider.profile.response.finish_reason.clone(),
+    };
+    request::normalize(&mut req, &provider.profile, &route.model);
+    let reply = s.upstream.post(&provider, "chat/completions", &req).await?;
+    let mut norm = Normalizer::new(settings);
+    match reply {
+        Reply::Json(v) => {
+            let completion: Completion = serde_json::from_value(v)
+                .map_err(|e| UpstreamError::Protocol(format!("not a chat completion: {e}")))?;
+            let mut chunks = Vec::new();
+            norm.push(completion_to_chunk(completion), &mut chunks);
+            norm.finish(&mut chunks);
+            if client_stream {
+                let items = futures_util::stream::iter(chunks.into_iter().map(Ok));
+                Ok(sse(items.boxed()))
+            } else {
+                Ok(Json(assemble(chunks)).into_response())
+            }
+        }
+        Reply::Events(mut events) => {
+            // Wait for the first event so an upstream that fails at once
+            // still gets a proper HTTP error status.
+            let first = events.next().await;
+            if let Some(Err(e)) = first {
+                return Err(e.into());
+            }
+            let first_chunk = match first {
+                Some(Ok(data)) => Some(parse_chunk(&data)?),
+                _ => None,
+            };
+            let chunks = normalized(events, first_chunk, norm);
+            if client_stream {
+                Ok(sse(chunks.boxed()))
+            } else {
+                let mut all = Vec::new();
+                let mut chunks = std::pin::pin!(chunks);
+                while let Some(c) = chunks.next().await {
+                    all.push(c?);
+                }
+                Ok(Json(assemble(all)).into_response())
+            }
+        }
+    }
+}
+
+/// Parses the body with OpenAI-style 400s for every kind of bad input.
+fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
+    let v: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::invalid(format!("The request body is not valid JSON: {e}")))?;
+    if !v.is_object() {
+        return Err(ApiError::invalid("The request body must be a JSON object."));
+    }
+    match v.get("model") {
+        Some(Value::String(m)) if !m.is_empty() => {}
+        Some(_) => {
+            return Err(ApiError::invalid_param(
+                "model",
+                "`model` must be a non-empty string.",
+            ));
+        }
+        None => {
+            return Err(ApiError::invalid_param(
+                "model",
+                "Missing required parameter: 'model'.",
+            ));
+        }
+    }
+    match v.get("messages") {
+        Some(Value::Array(m)) if !m.is_empty() => {}
+        Some(Value::Array(_)) => {
+            return Err(ApiError::invalid_param(
+                "messages",
+                "`messages` must not be empty.",
+            ));
+        }
+        Some(_) => {
+            return Err(ApiError::invalid_param(
+                "messages",
+                "`messages` must be an array.",
+            ));
+        }
+        None => {
+            return Err(ApiError::invalid_param(
+                "messages",
+                "Missing required parameter: 'messages'.",
+            ));
+        }
+    }
+    serde_json::from_value(v).map_err(|e| ApiError::invalid(format!("Invalid request: {e}")))
+}
+
+/// An upstream `data` payload as a chunk; an `{"error": …}` payload is the
+/// upstream failing mid-stream.
+fn parse_chunk(data: &str) -> Result<Chunk, UpstreamError> {
+    let v: Value = serde_json::from_str(data)
+        .map_err(|e| UpstreamError::Protocol(format!("bad stream event ({e}): {data}")))?;
+    if v.get("error").is_some_and(|e| !e.is_null()) {
+        let status = v["error"]
+            .get("code")
+            .and_then(Value::as_u64)
+            .filter(|c| (400..600).contains(c))
+            .unwrap_or(502);
+        return Err(crate::provider::map_error(
+            &Default::default(),
+            status as u16,
+            data.as_bytes(),
+        ));
+    }
+    serde_json::from_value(v)
+        .map_err(|e| UpstreamError::Protocol(format!("bad stream chunk ({e}): {data}")))
+}
+
+/// Normalized chunks of an upstream stream. The upstream is read only as
+/// fast as the client takes chunks (backpressure), and dropping the stream
+/// (client gone) drops the upstream connection.
+fn normalized(
+    mut events: Events,
+    first: Option<Chunk>,
+    mut norm: Normalizer,
+) -> impl Stream<Item = Result<Chunk, UpstreamError>> + Send {
+    async_stream::stream! {
+        let mut out = Vec::new();
+        if let Some(c) = first {
+            norm.push(c, &mut out);
+            for c in out.drain(..) {
+                yield Ok(c);
+            }
+        }
+        while let Some(ev) = events.next().await {
+            match ev.and_then(|d| parse_chunk(&d)) {
+                Ok(c) => {
+                    norm.push(c, &mut out);
+                    for c in out.drain(..) {
+                        yield Ok(c);
+                    }
+                }
+                Err(e) => {
+                    yield Err(e);
+                    return;
+                }
+            }
+        }
+        norm.finish(&mut out);
+        for c in out.drain(..) {
+            yield Ok(c);
+        }
+    }
+}
+
+fn assemble(chunks: Vec<Chunk>) -> Value {
+    let mut a = Assembler::default();
+    for c in chunks {
+        a.push(c);
+    }
+    a.finish()
+}
+
+/// SSE out: one `data:` event per chunk, `[DONE]` at the end; an error after
+/// the stream started is sent in-band as `{"error": …}` and the stream ends.
+fn sse(chunks: futures_util::stream::BoxStream<'static, Result<Chunk, UpstreamError>>) -> Response {
+    let events = async_stream::stream! {
+        let mut chunks = chunks;
+        while let Some(c) = chunks.next().await {
+            match c {
+                Ok(c) => match serde_json::to_string(&c) {
+                    Ok(json) => yield Ok::<_, Infallible>(Event::default().data(json)),
+                    Err(e) => {
+                        yield Ok(error_event(&ErrorObject::new("api_error", e.to_string())));
+                        return;
+                    }
+                },
+                Err(e) => {
+                    let (_, obj) = e.to_openai();
+                    yield Ok(error_event(&obj));
+                    return;
+                }
+            }
+        }
+        yield Ok(Event::default().data("[DONE]"));
+    };
+    Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+fn error_event(e: &ErrorObject) -> Event {
+    Event::default().data(e.to_body().to_string())
+}

@@ -1,0 +1,82 @@
+//! The HTTP surface: `app(state)` builds the router, so tests drive exactly
+//! what `modelshim serve` runs.
+
+mod chat;
+mod models;
+mod passthrough;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+
+use crate::config::{Config, ConfigError};
+use crate::provider::upstream::Upstream;
+use crate::provider::{Profile, Providers};
+
+/// Everything a request handler needs, built once at startup.
+pub struct AppState {
+    pub providers: Providers,
+    pub upstream: Upstream,
+    ready: AtomicBool,
+}
+
+pub type Shared = Arc<AppState>;
+
+impl AppState {
+    /// Resolves a config against the known profiles.
+    pub fn new(
+        config: &Config,
+        profiles: &std::collections::BTreeMap<String, Profile>,
+    ) -> Result<Shared, ConfigError> {
+        let providers = Providers::resolve(config, profiles)?;
+        let upstream = Upstream::new(Duration::from_secs_f64(
+            config.upstream.connect_timeout_secs,
+        ))
+        .map_err(ConfigError::Invalid)?;
+        Ok(Arc::new(AppState {
+            providers,
+            upstream,
+            ready: AtomicBool::new(true),
+        }))
+    }
+
+    /// Marks the server as not ready (during shutdown).
+    pub fn set_ready(&self, ready: bool) {
+        self.ready.store(ready, Ordering::Relaxed);
+    }
+}
+
+/// The router.
+pub fn app(state: Shared) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat::completions))
+        .route("/v1/models", get(models::list))
+        .route("/v1/embeddings", post(passthrough::embeddings))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn readyz(State(s): State<Shared>) -> impl IntoResponse {
+    if s.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down")
+    }
+}
+
+async fn not_found(uri: axum::http::Uri) -> impl IntoResponse {
+    let e = crate::error::ErrorObject::new(
+        "invalid_request_error",
+        format!("Unknown request URL: {uri}"),
+    )
+    .with_code("unknown_url");
+    (StatusCode::NOT_FOUND, axum::Json(e.to_body()))
+}

@@ -1,0 +1,10 @@
+//! Response normalization, streamed and not, with one code path: a
+//! non-streamed answer is turned into one chunk, normalized like any stream,
+//! then assembled back ([`aggregate`]). That is what makes both outcomes
+//! identical.
+
+pub mod aggregate;
+pub mod normalize;
+
+pub use aggregate::{Assembler, completion_to_chunk};
+pub use normalize::Normalizer;

@@ -1,0 +1,410 @@
+//! The stream normalizer: upstream chunks in, clean OpenAI chunks out.
+//!
+//! Per choice it
+//! * keys native tool calls by `index`, assigns missing indexes, splits
+//!   parallel calls that all say `index: 0` but carry distinct ids, puts `id`
+//!   and `type` on each call's first delta only, stringifies object
+//!   arguments, and sends `"{}"` for calls that never got arguments;
+//! * feeds `content` through the tool-call [`Extractor`], which also routes
+//!   `<think>` blocks to `reasoning_content`; recovered calls become ordinary
+//!   `tool_calls` deltas (id + name first, then the arguments);
+//! * maps `reasoning` (vLLM, StepFun) to `reasoning_content`;
+//! * fixes `finish_reason` (`tool_calls` when calls were emitted, vendor
+//!   values such as `sensitive` mapped);
+//! * moves usage to a final `choices: []` chunk when the client asked for
+//!   `include_usage`, and otherwise onto the finish chunk.
+
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use crate::openai::{Chunk, ChunkChoice, Delta, FunctionDelta, ToolCallDelta, new_call_id};
+use crate::toolcall::{Call, Event, Extractor, FormatSet, Options, ToolIndex};
+
+/// Settings for one response.
+pub struct Settings {
+    pub formats: Arc<FormatSet>,
+    pub tools: Arc<ToolIndex>,
+    pub starts_in_reasoning: bool,
+    pub want_usage: bool,
+    /// Vendor finish reasons to OpenAI's (profile data).
+    pub finish_map: std::collections::BTreeMap<String, String>,
+}
+
+struct NativeCall {
+    upstream_index: Option<u32>,
+    upstream_id: Option<String>,
+    index: u32,
+    args_len: usize,
+}
+
+struct ChoiceState {
+    index: u32,
+    extractor: Extractor,
+    role_sent: bool,
+    native: Vec<NativeCall>,
+    next_call: u32,
+    done: bool,
+}
+
+/// Normalizes one response.
+pub struct Normalizer {
+    s: Settings,
+    choices: Vec<ChoiceState>,
+    meta: Chunk,
+    usage: Option<Value>,
+    events: Vec<Event>,
+    /// Finish chunks wait for the end of the upstream stream, so usage that
+    /// arrives after them can still ride on them.
+    held: Vec<Chunk>,
+    /// Calls recovered from text, for metrics and the agent loop.
+    pub recovered: Vec<Call>,
+}
+
+impl Normalizer {
+    pub fn new(s: Settings) -> Self {
+        Normalizer {
+            s,
+            choices: Vec::new(),
+            meta: Chunk::default(),
+            usage: None,
+            events: Vec::new(),
+            held: Vec::new(),
+            recovered: Vec::new(),
+        }
+    }
+
+    fn state(&mut self, index: u32) -> usize {
+        if let Some(i) = self.choices.iter().position(|c| c.index == index) {
+            return i;
+        }
+        let opts = Options {
+            starts_in_reasoning: self.s.starts_in_reasoning,
+        };
+        self.choices.push(ChoiceState {
+            index,
+            extractor: Extractor::with_options(self.s.formats.clone(), self.s.tools.clone(), opts),
+            role_sent: false,
+            native: Vec::new(),
+            next_call: 0,
+            done: false,
+        });
+        self.choices.len() - 1
+    }
+
+    /// A chunk that carries this response's id/created/model.
+    fn blank(&self, extra: &Map<String, Value>) -> Chunk {
+        Chunk {
+            id: self.meta.id.clone(),
+            object: "chat.completion.chunk".into(),
+            created: self.meta.created,
+            model: self.meta.model.clone(),
+            choices: Vec::new(),
+            usage: None,
+            extra: extra.clone(),
+        }
+    }
+
+    /// Normalizes one upstream chunk.
+    pub fn push(&mut self, mut chunk: Chunk, out: &mut Vec<Chunk>) {
+        if self.meta.id.is_empty() {
+            self.meta.id = if chunk.id.is_empty() {
+                format!("chatcmpl-{:016x}", fastrand::u64(..))
+            } else {
+                chunk.id.clone()
+            };
+            self.meta.created = if chunk.created == 0 {
+                crate::openai::now()
+            } else {
+                chunk.created
+            };
+            self.meta.model = chunk.model.clone();
+        }
+        if let Some(u) = chunk.usage.take().filter(|u| !u.is_null()) {
+            self.usage = Some(u);
+        }
+        let extra = std::mem::take(&mut chunk.extra);
+        for choice in chunk.choices {
+            self.push_choice(choice, &extra, out);
+        }
+    }
+
+    fn push_choice(
+        &mut self,
+        choice: ChunkChoice,
+        extra: &Map<String, Value>,
+        out: &mut Vec<Chunk>,
+    ) {
+        let ci = self.state(choice.index);
+        if self.choices[ci].done {
+            return;
+        }
+        let ChunkChoice {
+            index,
+            delta,
+            finish_reason,
+            extra: choice_extra,
+        } = choice;
+        let Delta {
+            content,
+            reasoning_content,
+            tool_calls,
+            extra: mut delta_extra,
+            ..
+        } = delta;
+        let mut d = Delta {
+            extra: Map::new(),
+            ..Delta::default()
+        };
+        // vLLM / StepFun name the field `reasoning`.
+        let reasoning = reasoning_content.or_else(|| match delta_extra.remove("reasoning") {
+            Some(Value::String(s)) => Some(s),
+            _ => None,
+        });
+        d.extra = delta_extra;
+        if let Some(r) = reasoning.filter(|r| !r.is_empty()) {
+            d.reasoning_content = Some(r);
+        }
+        let mut pending: Vec<Delta> = Vec::new();
+        if let Some(text) = content {
+            self.events.clear();
+            self.choices[ci].extractor.feed(&text, &mut self.events);
+            self.apply_events(ci, &mut d, &mut pending);
+        }
+        if let Some(tcs) = tool_calls {
+            let fixed: Vec<ToolCallDelta> =
+                tcs.into_iter().map(|tc| self.native_call(ci, tc)).collect();
+            if !fixed.is_empty() {
+                d.tool_calls.get_or_insert_with(Vec::new).extend(fixed);
+            }
+        }
+        pending.push(d);
+        let fin = finish_reason.map(|r| self.finish_choice(ci, &r, &mut pending));
+        let n = pending.len();
+        for (i, mut d) in pending.into_iter().enumerate() {
+            let last = i + 1 == n;
+            let fr = if last { fin.clone() } else { None };
+            if is_empty(&d) && fr.is_none() && !(last && !choice_extra.is_empty()) {
+                continue;
+            }
+            if !self.choices[ci].role_sent {
+                d.role = Some("assistant".into());
+                self.choices[ci].role_sent = true;
+            }
+            let mut c = self.blank(extra);
+            let ce = if last {
+                choice_extra.clone()
+            } else {
+                Map::new()
+            };
+            let finishing = fr.is_some();
+            c.choices.push(ChunkChoice {
+                index,
+                delta: d,
+                finish_reason: fr,
+                extra: ce,
+            });
+            if finishing {
+                self.held.push(c)
+            } else {
+                out.push(c)
+            }
+        }
+        if fin.is_some() {
+            self.choices[ci].done = true;
+        }
+    }
+
+    /// Turns extractor events into deltas; a recovered call closes the
+    /// current delta and adds two of its own.
+    fn apply_events(&mut self, ci: usize, d: &mut Delta, pending: &mut Vec<Delta>) {
+        for ev in std::mem::take(&mut self.events) {
+            match ev {
+                Event::Text(t) => push_str(&mut d.content, &t),
+                Event::Reasoning(t) => push_str(&mut d.reasoning_content, &t),
+                Event::Call(call) => {
+                    pending.push(std::mem::take(d));
+                    let st = &mut self.choices[ci];
+                    let index = st.next_call;
+                    st.next_call += 1;
+                    let id = call.id.clone().unwrap_or_else(new_call_id);
+                    pending.push(tool_delta(
+                        index,
+                        Some(id),
+                        Some(call.name.clone()),
+                        Some(String::new()),
+                    ));
+                    pending.push(tool_delta(index, None, None, Some(call.arguments.clone())));
+                    self.recovered.push(call);
+                }
+            }
+        }
+    }
+
+    /// Repairs one native tool-call delta.
+    fn native_call(&mut self, ci: usize, tc: ToolCallDelta) -> ToolCallDelta {
+        let st = &mut self.choices[ci];
+        let id = tc.id.filter(|i| !i.is_empty());
+        let found = match (&id, tc.index) {
+            (Some(id), _) => st
+                .native
+                .iter()
+                .position(|c| c.upstream_id.as_deref() == Some(id.as_str())),
+            (None, Some(ix)) => st.native.iter().rposition(|c| c.upstream_index == Some(ix)),
+            (None, None) => st.native.len().checked_sub(1),
+        };
+        let (slot, first) = match found {
+            Some(s) => (s, false),
+            None => {
+                let index = st.next_call;
+                st.next_call += 1;
+                st.native.push(NativeCall {
+                    upstream_index: tc.index,
+                    upstream_id: id.clone(),
+                    index,
+                    args_len: 0,
+                });
+                (st.native.len() - 1, true)
+            }
+        };
+        let call = &mut st.native[slot];
+        let f = tc.function.unwrap_or_default();
+        let args = match f.arguments {
+            Some(Value::String(s)) => Some(s),
+            Some(Value::Null) | None => None,
+            Some(v) => Some(v.to_string()),
+        };
+        call.args_len += args.as_ref().map_or(0, String::len);
+        let mut out = ToolCallDelta {
+            index: Some(call.index),
+            id: None,
+            kind: None,
+            function: Some(FunctionDelta {
+                name: None,
+                arguments: args.map(Value::String),
+                extra: f.extra,
+            }),
+            extra: tc.extra,
+        };
+        if first {
+            // Native ids (Kimi's `functions.x:0`) pass through byte for byte.
+            out.id = Some(id.unwrap_or_else(new_call_id));
+            out.kind = Some("function".into());
+            if let Some(func) = out.function.as_mut() {
+                func.name = f.name;
+                if func.arguments.is_none() {
+                    func.arguments = Some(Value::String(String::new()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Flushes the extractor and fixes the finish reason of a choice.
+    fn finish_choice(&mut self, ci: usize, reason: &str, pending: &mut Vec<Delta>) -> String {
+        self.events.clear();
+        self.choices[ci].extractor.finish(&mut self.events);
+        let mut d = Delta::default();
+        self.apply_events(ci, &mut d, pending);
+        pending.push(d);
+        let st = &self.choices[ci];
+        for c in st.native.iter().filter(|c| c.args_len == 0) {
+            pending.push(tool_delta(c.index, None, None, Some("{}".into())));
+        }
+        let emitted = st.next_call > 0;
+        let mapped = self
+            .s
+            .finish_map
+            .get(reason)
+            .map(String::as_str)
+            .unwrap_or_else(|| common_finish(reason));
+        match mapped {
+            "stop" | "" if emitted => "tool_calls".into(),
+            "tool_calls" if !emitted => "stop".into(),
+            m => m.to_string(),
+        }
+    }
+
+    /// Ends the response: choices the upstream never finished are finished,
+    /// held finish chunks are released, and usage is attached: as a final
+    /// `choices: []` chunk when the client asked for `include_usage`, else on
+    /// the last finish chunk (a stock client never sees an empty `choices`).
+    pub fn finish(&mut self, out: &mut Vec<Chunk>) {
+        let mut open: Vec<u32> = self
+            .choices
+            .iter()
+            .filter(|c| !c.done)
+            .map(|c| c.index)
+            .collect();
+        if self.choices.is_empty() {
+            open.push(0);
+        }
+        for index in open {
+            let fin = ChunkChoice {
+                index,
+                finish_reason: Some("stop".into()),
+                ..Default::default()
+            };
+            self.push_choice(fin, &Map::new(), out);
+        }
+        let mut held = std::mem::take(&mut self.held);
+        match self.usage.take() {
+            Some(u) if self.s.want_usage => {
+                out.append(&mut held);
+                let mut c = self.blank(&Map::new());
+                c.usage = Some(u);
+                out.push(c);
+            }
+            Some(u) => {
+                if let Some(last) = held.last_mut() {
+                    last.usage = Some(u);
+                }
+                out.append(&mut held);
+            }
+            None => out.append(&mut held),
+        }
+    }
+}
+
+fn tool_delta(index: u32, id: Option<String>, name: Option<String>, args: Option<String>) -> Delta {
+    let first = id.is_some();
+    Delta {
+        tool_calls: Some(vec![ToolCallDelta {
+            index: Some(index),
+            id,
+            kind: first.then(|| "function".to_string()),
+            function: Some(FunctionDelta {
+                name,
+                arguments: args.map(Value::String),
+                extra: Map::new(),
+            }),
+            extra: Map::new(),
+        }]),
+        ..Delta::default()
+    }
+}
+
+fn push_str(slot: &mut Option<String>, t: &str) {
+    if !t.is_empty() {
+        slot.get_or_insert_with(String::new).push_str(t);
+    }
+}
+
+fn is_empty(d: &Delta) -> bool {
+    d.role.is_none()
+        && d.content.as_ref().is_none_or(String::is_empty)
+        && d.reasoning_content.is_none()
+        && d.tool_calls.as_ref().is_none_or(Vec::is_empty)
+        && d.extra.is_empty()
+}
+
+/// Finish reasons every profile maps.
+fn common_finish(r: &str) -> &str {
+    match r {
+        "sensitive" | "content_filtered" | "safety" => "content_filter",
+        "eos" | "eos_token" | "end_turn" | "stop_sequence" => "stop",
+        "max_tokens" | "model_length" => "length",
+        "tool_use" | "function_call" => "tool_calls",
+        r => r,
+    }
+}
