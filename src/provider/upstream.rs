@@ -80,10 +80,8 @@ impl Upstream {
             return Err(map_error(&p.profile, status, &bytes));
         }
         if is_sse {
-            return Ok(Reply::Events(events(
-                resp,
-                Duration::from_secs_f64(p.upstream.idle_timeout_secs),
-            )));
+            let idle = Duration::from_secs_f64(p.upstream.idle_timeout_secs);
+            return Ok(Reply::Events(sse_events(resp.bytes_stream(), idle)));
         }
         let bytes = resp
             .bytes()
@@ -143,8 +141,15 @@ impl Upstream {
 /// `data` payloads of an SSE body. Comment lines and keep-alives are skipped
 /// by the parser; `[DONE]` ends the stream; a silence longer than `idle`
 /// ends it with a timeout error.
-fn events(resp: reqwest::Response, idle: Duration) -> Events {
-    let mut inner = resp.bytes_stream().eventsource();
+fn sse_events<S, B, E>(body: S, idle: Duration) -> Events
+where
+    S: Stream<Item = Result<B, E>> + Send + 'static,
+    B: 'static,
+    E: 'static,
+    B: AsRef<[u8]> + Send,
+    E: std::fmt::Display + Send,
+{
+    let mut inner = Box::pin(body.eventsource());
     Box::pin(async_stream::stream! {
         loop {
             match tokio::time::timeout(idle, inner.next()).await {
@@ -170,6 +175,15 @@ fn events(resp: reqwest::Response, idle: Duration) -> Events {
             }
         }
     })
+}
+
+fn looks_like_sse(body: &[u8]) -> bool {
+    let start = body
+        .iter()
+        .position(|b| !b.is_ascii_whitespace())
+        .unwrap_or(body.len());
+    let b = &body[start..];
+    b.starts_with(b"data:") || b.starts_with(b": ") || b.starts_with(b"event:")
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

@@ -137,6 +137,22 @@ fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
             ));
         }
     }
+    if v.get("stream")
+        .is_some_and(|s| !s.is_boolean() && !s.is_null())
+    {
+        return Err(ApiError::invalid_param(
+            "stream",
+            "`stream` must be a boolean.",
+        ));
+    }
+    if v.get("tools")
+        .is_some_and(|t| !t.is_array() && !t.is_null())
+    {
+        return Err(ApiError::invalid_param(
+            "tools",
+            "`tools` must be an array.",
+        ));
+    }
     serde_json::from_value(v).map_err(|e| ApiError::invalid(format!("Invalid request: {e}")))
 }
 

@@ -194,6 +194,11 @@ pub struct Extractor {
     state: State,
     at_start: bool,
     finished: bool,
+    /// Trailing whitespace of the text so far, held until we know whether
+    /// prose or a call follows (template newlines around calls are dropped).
+    ws: String,
+    /// A call or a reasoning block just ended: leading whitespace is dropped.
+    trim_next: bool,
 }
 
 impl Extractor {
@@ -214,6 +219,8 @@ impl Extractor {
             state,
             at_start: true,
             finished: false,
+            ws: String::new(),
+            trim_next: false,
         }
     }
 
@@ -232,6 +239,10 @@ impl Extractor {
             return;
         }
         self.pump(true, out);
+        if !self.trim_next {
+            let ws = std::mem::take(&mut self.ws);
+            emit(out, Event::Text(ws));
+        }
         self.finished = true;
     }
 
@@ -260,12 +271,12 @@ impl Extractor {
             match first {
                 None => {
                     let ws = std::mem::take(&mut self.buf);
-                    emit(out, Event::Text(ws));
+                    self.text(ws, out);
                     return false;
                 }
                 Some(i) if self.set.start_byte[self.buf.as_bytes()[i] as usize] => {
                     let ws: String = self.buf.drain(..i).collect();
-                    emit(out, Event::Text(ws));
+                    self.text(ws, out);
                     let byte = self.buf.as_bytes()[0];
                     let cands = (0..self.set.formats.len())
                         .filter(|f| self.set.formats[*f].start_bytes().contains(&byte))
@@ -321,6 +332,8 @@ impl Extractor {
             emit(out, Event::Reasoning(r));
             self.buf.drain(..close.len());
             self.state = State::Text;
+            self.ws.clear();
+            self.trim_next = true;
             return true;
         }
         let hold = if eof {
@@ -384,10 +397,11 @@ impl Extractor {
             self.buf.drain(..p.consumed);
             self.state = State::Text;
             emit(out, Event::Reasoning(p.reasoning));
-            if !p.content.trim().is_empty() {
-                self.at_start = false;
+            self.text(p.content, out);
+            if !p.calls.is_empty() {
+                self.ws.clear();
+                self.trim_next = true;
             }
-            emit(out, Event::Text(p.content));
             for call in p.calls {
                 out.push(Event::Call(call));
             }
@@ -408,10 +422,29 @@ impl Extractor {
             return;
         }
         let t: String = self.buf.drain(..end).collect();
-        if self.at_start && t.bytes().any(|b| !b.is_ascii_whitespace()) {
-            self.at_start = false;
+        self.text(t, out);
+    }
+
+    /// Emits visible text, holding trailing whitespace back (see `ws`).
+    fn text(&mut self, t: String, out: &mut Vec<Event>) {
+        let mut t = t.as_str();
+        if self.trim_next {
+            t = t.trim_start();
+            if t.is_empty() {
+                return;
+            }
+            self.trim_next = false;
         }
-        emit(out, Event::Text(t));
+        let body = t.trim_end();
+        if body.is_empty() {
+            self.ws.push_str(t);
+            return;
+        }
+        self.at_start = false;
+        let mut s = std::mem::take(&mut self.ws);
+        s.push_str(body);
+        emit(out, Event::Text(s));
+        self.ws.push_str(&t[body.len()..]);
     }
 }
 
@@ -563,14 +596,15 @@ mod tests {
         let mut ex = Extractor::new(set, Arc::new(ToolIndex::default()));
         let mut out = Vec::new();
         ex.feed("a < b <thi", &mut out);
-        assert_eq!(out, vec![Event::Text("a < b ".into())]);
+        // Trailing whitespace waits to see what follows.
+        assert_eq!(out, vec![Event::Text("a < b".into())]);
         ex.feed("nk>why</th", &mut out);
         ex.feed("ink>done", &mut out);
         ex.finish(&mut out);
         assert_eq!(
             out,
             vec![
-                Event::Text("a < b ".into()),
+                Event::Text("a < b".into()),
                 Event::Reasoning("why".into()),
                 Event::Text("done".into())
             ]

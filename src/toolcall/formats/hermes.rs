@@ -26,24 +26,43 @@ impl Format for Hermes {
             Some(b'{') => {}
             _ => return Step::Reject,
         }
-        let Some(close) = find(region, CLOSE, body) else {
-            if ctx.eof {
-                // Truncated (or a model that never closes): accept only a
-                // complete object followed by nothing else.
-                return match json_end(region, body) {
-                    Some(end) if region[end..].trim().is_empty() => {
-                        one_call(region, body, end, region.len())
-                    }
-                    _ => Step::Reject,
-                };
-            }
-            return Step::Need(Wait::Marker {
+        // The call ends at the first closing tag after the object closes, so
+        // a `</tool_call>` inside a string argument does not cut it short.
+        if let Some(end) = json_end(region, body) {
+            return match find(region, CLOSE, end) {
+                Some(close) => one_call(region, body, end, close + CLOSE.len()),
+                // Models that never close the tag: the object must end the output.
+                None if ctx.eof && region[end..].trim().is_empty() => {
+                    one_call(region, body, end, region.len())
+                }
+                None if ctx.eof => Step::Reject,
+                None => Step::Need(Wait::Marker {
+                    marker: CLOSE,
+                    from: end,
+                }),
+            };
+        }
+        // The object is not closed (yet, or never: damaged JSON). At the end
+        // of output, a closed tag around damaged JSON is repaired; an open
+        // one was truncated and is not a call.
+        let first_close = find(region, CLOSE, body);
+        match (first_close, ctx.eof) {
+            (Some(close), true) => one_call(
+                region,
+                body,
+                region[..close].trim_end().len(),
+                close + CLOSE.len(),
+            ),
+            (None, true) => Step::Reject,
+            (Some(close), false) => Step::Need(Wait::Marker {
+                marker: CLOSE,
+                from: close + 1,
+            }),
+            (None, false) => Step::Need(Wait::Marker {
                 marker: CLOSE,
                 from: body,
-            });
-        };
-        let end = region[..close].trim_end().len();
-        one_call(region, body, end, close + CLOSE.len())
+            }),
+        }
     }
 }
 
