@@ -36,7 +36,9 @@ impl Format for DeepseekV32Dsml {
     }
 
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
-        let Some(gt) = region.find('>') else { return Step::Reject };
+        let Some(gt) = region.find('>') else {
+            return Step::Reject;
+        };
         let body = skip_ws(region, gt + 1);
         match xml::peek(region, body, &["<｜DSML｜invoke", "<invoke"]) {
             Peek::Is(_) => {}
@@ -55,7 +57,9 @@ impl Format for DeepseekV32Dsml {
         };
         // Parse the plain spelling; byte offsets of the original are needed
         // only for an unclosed block, where the kept invokes end it.
-        let plain = text.replace(&format!("<{DSML}"), "<").replace(&format!("</{DSML}"), "</");
+        let plain = text
+            .replace(&format!("<{DSML}"), "<")
+            .replace(&format!("</{DSML}"), "</");
         let (invokes, end) = xml::invokes(&plain, "", &[]);
         let calls: Vec<RawCall> = invokes.iter().map(|inv| call(inv, ctx)).collect();
         if calls.is_empty() {
@@ -103,9 +107,9 @@ fn original_end(text: &str, plain_end: usize) -> usize {
     let mut i = 0;
     while plain < plain_end && i < text.len() {
         let rest = &text[i..];
-        if rest.starts_with('<') {
-            let slash = usize::from(rest[1..].starts_with('/'));
-            if rest[1 + slash..].starts_with(DSML) {
+        if let Some(tag) = rest.strip_prefix('<') {
+            let slash = usize::from(tag.starts_with('/'));
+            if tag[slash..].starts_with(DSML) {
                 i += 1 + slash + DSML.len();
                 plain += 1 + slash;
                 continue;

@@ -61,7 +61,9 @@ impl Format for Gemma4 {
         let body = &region[..close.unwrap_or(region.len())];
         let schema = ctx.tools.schema(name);
         let mut p = Reader { s: body, i: brace };
-        let Some(args) = p.value(schema) else { return Step::Reject };
+        let Some(args) = p.value(schema) else {
+            return Step::Reject;
+        };
         // Without the closing tag (end of output) nothing may follow.
         let consumed = match close {
             Some(c) => c + CLOSE.len(),
@@ -167,7 +169,10 @@ impl<'a> Reader<'a> {
     /// A bare key or scalar: the text up to `,` `:` `}` `]`.
     fn bare(&mut self) -> Option<&'a str> {
         self.skip();
-        let len = self.rest().find([',', ':', '}', ']', '{', '[']).unwrap_or(0);
+        let len = self
+            .rest()
+            .find([',', ':', '}', ']', '{', '['])
+            .unwrap_or(0);
         let raw = self.rest()[..len].trim();
         self.i += len;
         (!raw.is_empty()).then_some(raw)

@@ -48,7 +48,8 @@ impl Format for Glm45 {
             .find(|c: char| c.is_ascii_whitespace() || c == '<' || c == '{')
             .map_or(region.len(), |i| start + i);
         let name = strip_escapes(&region[start..name_end]);
-        if !xml::plausible_name(name) && !(name.is_empty() && name_end == region.len()) {
+        let still_arriving = name.is_empty() && name_end == region.len();
+        if !(xml::plausible_name(name) || still_arriving) {
             return Step::Reject;
         }
         let next = xml::skip_escaped_ws(region, name_end);
@@ -130,7 +131,10 @@ mod tests {
             parse("<tool_call> tags wrap calls", false),
             Step::Reject
         ));
-        assert!(matches!(parse("<tool_call>f\n<arg_", false), Step::Need(Wait::Len(_))));
+        assert!(matches!(
+            parse("<tool_call>f\n<arg_", false),
+            Step::Need(Wait::Len(_))
+        ));
         assert!(matches!(
             parse("<tool_call>f\n<arg_key>a</arg_key>", false),
             Step::Need(Wait::Marker { .. })

@@ -44,7 +44,10 @@ impl Format for HunyuanV3 {
             };
         };
         let sfx = &region[OPEN.len()..gt];
-        if !sfx.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-:.".contains(&b)) {
+        if !sfx
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"_-:.".contains(&b))
+        {
             return Step::Reject;
         }
         let call_open = format!("<tool_call{sfx}>");

@@ -105,22 +105,34 @@ mod tests {
     #[test]
     fn waits_for_the_closing_tag() {
         let s = "<tool_call>\n<function=f>\n<parameter=a>\nx";
-        assert!(matches!(parse(s, false), Step::Need(Wait::Marker { marker: CLOSE, .. })));
+        assert!(matches!(
+            parse(s, false),
+            Step::Need(Wait::Marker { marker: CLOSE, .. })
+        ));
         assert!(matches!(parse(s, true), Step::Reject));
     }
 
     #[test]
     fn rejects_other_bodies_at_once() {
         assert!(matches!(parse("<tool_call>{\"name\"", false), Step::Reject));
-        assert!(matches!(parse("<tool_call>get_weather\n<arg", false), Step::Reject));
-        assert!(matches!(parse("<function=f>{\"a\": 1}", false), Step::Reject));
+        assert!(matches!(
+            parse("<tool_call>get_weather\n<arg", false),
+            Step::Reject
+        ));
+        assert!(matches!(
+            parse("<function=f>{\"a\": 1}", false),
+            Step::Reject
+        ));
         assert!(matches!(parse("<function=a b", false), Step::Reject));
     }
 
     #[test]
     fn closing_tag_inside_a_value_is_text() {
         let s = "<tool_call>\n<function=f>\n<parameter=a>\nx</tool_call>y\n</parameter>\n</function>\n</tool_call>";
-        let Step::Done(Parsed { consumed, calls, .. }) = parse(s, false) else {
+        let Step::Done(Parsed {
+            consumed, calls, ..
+        }) = parse(s, false)
+        else {
             panic!("not done")
         };
         assert_eq!(consumed, s.len());

@@ -54,7 +54,9 @@ impl Format for Step3 {
             let end = find(&region[..close], CALL_END, start).unwrap_or(close);
             let call = &region[start..end];
             // `function<｜tool_sep｜><steptml:invoke …>`: only function calls.
-            let Some(sep) = find(call, SEP, 0) else { return Step::Reject };
+            let Some(sep) = find(call, SEP, 0) else {
+                return Step::Reject;
+            };
             if call[..sep].trim() != "function" {
                 return Step::Reject;
             }

@@ -78,7 +78,11 @@ pub fn name_until_gt(s: &str, at: usize) -> Name<'_> {
             _ => return Name::Bad,
         }
     }
-    if i - at > MAX_NAME { Name::Bad } else { Name::More }
+    if i - at > MAX_NAME {
+        Name::Bad
+    } else {
+        Name::More
+    }
 }
 
 /// Whether `s` is a plausible tool name (no spaces or markup).
@@ -101,7 +105,9 @@ pub fn attr<'a>(tag: &'a str, key: &str) -> Option<&'a str> {
         let v = skip_ws(tag, eq + 1);
         return match b.get(v) {
             Some(&q @ (b'"' | b'\'')) => {
-                let end = tag[v + 1..].find(q as char).map_or(tag.len(), |e| v + 1 + e);
+                let end = tag[v + 1..]
+                    .find(q as char)
+                    .map_or(tag.len(), |e| v + 1 + e);
                 Some(&tag[v + 1..end])
             }
             Some(_) => {
@@ -196,7 +202,9 @@ pub fn qwen_calls(body: &str, tools: &ToolIndex) -> Option<Vec<RawCall>> {
     let mut calls = Vec::new();
     let mut i = skip_ws(body, 0);
     while body[i..].starts_with(FUNCTION) {
-        let Name::Done(name, open_end) = name_until_gt(body, i + FUNCTION.len()) else { break };
+        let Name::Done(name, open_end) = name_until_gt(body, i + FUNCTION.len()) else {
+            break;
+        };
         // `</function>` ends the call only when another call or the end of
         // the body follows; else the first one (the model left junk after).
         let end = structural(body, FUNCTION_END, open_end, &[FUNCTION])
@@ -218,11 +226,15 @@ pub fn qwen_calls(body: &str, tools: &ToolIndex) -> Option<Vec<RawCall>> {
 /// implied by the next `<parameter=` naming a parameter not seen yet (and
 /// declared, when the schema lists properties).
 fn qwen_params<'a>(inner: &'a str, schema: Option<&Value>) -> Vec<(&'a str, &'a str)> {
-    let props = schema.and_then(|s| s.get("properties")).and_then(Value::as_object);
+    let props = schema
+        .and_then(|s| s.get("properties"))
+        .and_then(Value::as_object);
     let mut out: Vec<(&str, &str)> = Vec::new();
     let mut next = find(inner, PARAM, 0);
     while let Some(at) = next {
-        let Some(gt) = find(inner, ">", at) else { break };
+        let Some(gt) = find(inner, ">", at) else {
+            break;
+        };
         let key = inner[at + PARAM.len()..gt].trim();
         let start = gt + 1;
         let closed = structural(inner, PARAM_END, start, &[PARAM]);
@@ -251,7 +263,9 @@ fn implied_param(
     let mut at = from;
     while let Some(p) = find(inner, PARAM, at) {
         at = p + 1;
-        let Name::Done(name, _) = name_until_gt(inner, p + PARAM.len()) else { continue };
+        let Name::Done(name, _) = name_until_gt(inner, p + PARAM.len()) else {
+            continue;
+        };
         let unseen = name != current && seen.iter().all(|(k, _)| *k != name);
         if unseen && props.is_none_or(|m| m.is_empty() || m.contains_key(name)) {
             return Some(p);
@@ -334,7 +348,8 @@ pub fn invokes<'a>(s: &'a str, ns: &str, stop: &[&str]) -> (Vec<Invoke<'a>>, usi
         let Some(gt) = find(s, ">", at) else { break };
         let tag = &s[at..gt];
         let Some(name) = attr(tag, "name") else { break };
-        let Some(c) = structural(s, &close, gt + 1, &next).or_else(|| find(s, &close, gt + 1)) else {
+        let Some(c) = structural(s, &close, gt + 1, &next).or_else(|| find(s, &close, gt + 1))
+        else {
             break;
         };
         out.push(Invoke {
@@ -348,7 +363,7 @@ pub fn invokes<'a>(s: &'a str, ns: &str, stop: &[&str]) -> (Vec<Invoke<'a>>, usi
 }
 
 /// The `<{ns}parameter name=…>…</{ns}parameter>` entries of an invoke's
-/// inside. Values are raw; a closing tag counts only before the next
+/// inside. Values are raw text; a closing tag counts only before the next
 /// parameter or the end, and a missing one is implied by the next parameter.
 pub fn params<'a>(inner: &'a str, ns: &str) -> Vec<Param<'a>> {
     let open = format!("<{ns}parameter");
@@ -356,24 +371,35 @@ pub fn params<'a>(inner: &'a str, ns: &str) -> Vec<Param<'a>> {
     let mut out = Vec::new();
     let mut next = find(inner, &open, 0);
     while let Some(at) = next {
-        let Some(gt) = find(inner, ">", at) else { break };
+        let Some(gt) = find(inner, ">", at) else {
+            break;
+        };
         let tag = &inner[at..gt];
         let start = gt + 1;
         let closed = structural(inner, &close, start, &[open.as_str()]);
         let following = find(inner, &open, start);
-        let (end, after) = match (closed, following) {
-            (Some(c), Some(f)) if f < c => (f, Some(f)),
-            (Some(c), _) => (c, find(inner, &open, c)),
-            (None, f) => {
-                let c = find(inner, &close, start);
-                (c.into_iter().chain(f).min().unwrap_or(inner.len()), f)
-            }
+        let (end, after, implied) = match (closed, following) {
+            (Some(c), Some(f)) if f < c => (f, Some(f), true),
+            (Some(c), _) => (c, find(inner, &open, c), false),
+            (None, f) => match find(inner, &close, start) {
+                Some(c) if f.is_none_or(|f| c < f) => (c, f, false),
+                _ => (f.unwrap_or(inner.len()), f, true),
+            },
+        };
+        // Templates write values inline, so a value keeps its newlines;
+        // only a value whose closing tag is missing loses the layout
+        // newline before the next tag.
+        let value = &inner[start..end];
+        let value = if implied {
+            value.strip_suffix('\n').unwrap_or(value)
+        } else {
+            value
         };
         if let Some(name) = attr(tag, "name") {
             out.push(Param {
                 tag,
                 name: name.trim(),
-                value: &inner[start..end],
+                value,
             });
         }
         next = after;
@@ -413,7 +439,9 @@ pub fn pairs<'a>(s: &'a str, t: &PairTags<'_>) -> Vec<(&'a str, &'a str)> {
     let mut at = 0;
     while let Some(k) = find(s, t.key, at) {
         let ks = k + t.key.len();
-        let Some(ke) = find(s, t.key_end, ks) else { break };
+        let Some(ke) = find(s, t.key_end, ks) else {
+            break;
+        };
         let key = &s[ks..ke];
         let mut i = ke + t.key_end.len();
         // Tolerate whitespace and literal `\n` between the tags.
@@ -459,7 +487,10 @@ mod tests {
         assert_eq!(peek("<func", 0, &[FUNCTION]), Peek::Maybe);
         assert_eq!(peek("<function=x", 0, &[PARAM, FUNCTION]), Peek::Is(1));
         assert_eq!(peek("hello", 0, &[FUNCTION]), Peek::No);
-        assert_eq!(name_until_gt("get_weather>", 0), Name::Done("get_weather", 12));
+        assert_eq!(
+            name_until_gt("get_weather>", 0),
+            Name::Done("get_weather", 12)
+        );
         assert_eq!(name_until_gt("get_wea", 0), Name::More);
         assert_eq!(name_until_gt("a b>", 0), Name::Bad);
         assert_eq!(name_until_gt(">", 0), Name::Bad);
@@ -467,15 +498,22 @@ mod tests {
 
     #[test]
     fn reads_attributes() {
-        assert_eq!(attr(r#"<invoke name="get_weather""#, "name"), Some("get_weather"));
-        assert_eq!(attr(r#"<p name='k' string="false""#, "string"), Some("false"));
+        assert_eq!(
+            attr(r#"<invoke name="get_weather""#, "name"),
+            Some("get_weather")
+        );
+        assert_eq!(
+            attr(r#"<p name='k' string="false""#, "string"),
+            Some("false")
+        );
         assert_eq!(attr(r#"<p rename="x" name=k"#, "name"), Some("k"));
         assert_eq!(attr("<p>", "name"), None);
     }
 
     #[test]
     fn qwen_parameter_structure() {
-        let inner = "\n<parameter=code>\na</parameter>b\n</parameter>\n<parameter=n>\n1\n</parameter>\n";
+        let inner =
+            "\n<parameter=code>\na</parameter>b\n</parameter>\n<parameter=n>\n1\n</parameter>\n";
         assert_eq!(
             qwen_params(inner, None),
             vec![("code", "a</parameter>b"), ("n", "1")]
