@@ -59,7 +59,10 @@ impl ToolIndex {
             return None;
         }
         if self.open {
-            return Some(name);
+            // Without declarations, at least demand a function-like name
+            // (a repaired `{"name": ...}` in prose is no call).
+            let ok = name.len() <= 64 && name.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'));
+            return ok.then_some(name);
         }
         if let Some((n, _)) = self.tools.iter().find(|(n, _)| n == name) {
             return Some(n);

@@ -1,8 +1,30 @@
-//! PLACEHOLDER: deepseek_v32_dsml is being written; it rejects every region until then.
+//! DeepSeek-V3.2 / V3.2-Exp / V3.2-Speciale DSML:
+//!
+//! ```text
+//! <｜DSML｜function_calls>
+//! <｜DSML｜invoke name="NAME">
+//! <｜DSML｜parameter name="K" string="true|false">V</｜DSML｜parameter>
+//! </｜DSML｜invoke>
+//! </｜DSML｜function_calls>
+//! ```
+//!
+//! As SGLang tolerates: the `｜DSML｜` prefix may be missing or mixed between
+//! opening and closing tags, and an invoke body may be a JSON object instead
+//! of parameters. `string="true"` keeps the raw text and `string="false"`
+//! means JSON; a declared parameter schema has the last word. When the
+//! output ends without the closing tag, the complete invokes are kept.
 
-use crate::toolcall::{Ctx, Format, Step};
+use serde_json::Value;
+
+use crate::toolcall::formats::xml::{self, Peek};
+use crate::toolcall::scan::skip_ws;
+use crate::toolcall::{Args, Ctx, Format, Parsed, RawCall, Step, typing};
 
 pub struct DeepseekV32Dsml;
+
+const DSML: &str = "｜DSML｜";
+/// The closing tag's tail; `</` or `</｜DSML｜` comes before it.
+const CLOSE: &str = "function_calls>";
 
 impl Format for DeepseekV32Dsml {
     fn name(&self) -> &'static str {
@@ -13,7 +35,102 @@ impl Format for DeepseekV32Dsml {
         &["<｜DSML｜function_calls>", "<function_calls>"]
     }
 
-    fn parse(&self, _region: &str, _ctx: &Ctx<'_>) -> Step {
-        Step::Reject
+    fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
+        let Some(gt) = region.find('>') else {
+            return Step::Reject;
+        };
+        let body = skip_ws(region, gt + 1);
+        match xml::peek(region, body, &["<｜DSML｜invoke", "<invoke"]) {
+            Peek::Is(_) => {}
+            Peek::Maybe => return xml::more(region, ctx),
+            Peek::No => return Step::Reject,
+        }
+        let closed = |c: usize| {
+            let before = &region[..c];
+            before.ends_with("</") || before.ends_with("</｜DSML｜")
+        };
+        let (text, close) = match xml::find_close(region, body, CLOSE, ctx, closed) {
+            Err(step) => return step,
+            Ok(Some(c)) if closed(c) => (&region[body..c], Some(c + CLOSE.len())),
+            // A `function_calls>` that is not a closing tag: ignore it.
+            Ok(_) => (&region[body..], None),
+        };
+        // Parse the plain spelling; byte offsets of the original are needed
+        // only for an unclosed block, where the kept invokes end it.
+        let plain = text
+            .replace(&format!("<{DSML}"), "<")
+            .replace(&format!("</{DSML}"), "</");
+        let (invokes, end) = xml::invokes(&plain, "", &[]);
+        let calls: Vec<RawCall> = invokes.iter().map(|inv| call(inv, ctx)).collect();
+        if calls.is_empty() {
+            return Step::Reject;
+        }
+        let consumed = match close {
+            Some(c) => c,
+            None => body + original_end(text, end),
+        };
+        Step::Done(Parsed {
+            consumed,
+            calls,
+            ..Default::default()
+        })
+    }
+}
+
+fn call(inv: &xml::Invoke<'_>, ctx: &Ctx<'_>) -> RawCall {
+    let inner = inv.inner.trim();
+    if inner.starts_with('{') {
+        return RawCall {
+            name: inv.name.to_string(),
+            args: Args::Json(inner.to_string()),
+            id: None,
+        };
+    }
+    let schema = ctx.tools.schema(inv.name);
+    let mut args = serde_json::Map::new();
+    for p in xml::params(inv.inner, "") {
+        let value = match (typing::param(schema, p.name), xml::attr(p.tag, "string")) {
+            (Some(s), _) => typing::coerce(p.value, Some(s)),
+            (None, Some("false")) => serde_json::from_str(p.value.trim())
+                .unwrap_or_else(|_| Value::String(p.value.to_string())),
+            (None, _) => Value::String(p.value.to_string()),
+        };
+        args.insert(p.name.to_string(), value);
+    }
+    RawCall::value(inv.name, Value::Object(args))
+}
+
+/// Maps an offset in the plain spelling of `text` back to `text`: the
+/// plain text drops `｜DSML｜` after each `<` and `</`.
+fn original_end(text: &str, plain_end: usize) -> usize {
+    let mut plain = 0;
+    let mut i = 0;
+    while plain < plain_end && i < text.len() {
+        let rest = &text[i..];
+        if let Some(tag) = rest.strip_prefix('<') {
+            let slash = usize::from(tag.starts_with('/'));
+            if tag[slash..].starts_with(DSML) {
+                i += 1 + slash + DSML.len();
+                plain += 1 + slash;
+                continue;
+            }
+        }
+        let ch = rest.chars().next().map_or(1, char::len_utf8);
+        i += ch;
+        plain += ch;
+    }
+    i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_plain_offsets_back() {
+        let t = "<｜DSML｜invoke name=\"f\"></｜DSML｜invoke>rest";
+        let plain = t.replace("<｜DSML｜", "<").replace("</｜DSML｜", "</");
+        let end = plain.find("rest").unwrap_or_default();
+        assert_eq!(&t[original_end(t, end)..], "rest");
     }
 }

@@ -35,6 +35,7 @@ mod qwen_agent_fn;
 mod react;
 mod seed_oss;
 mod step3;
+mod xml;
 
 /// Every format, in dispatch order.
 pub static ALL: &[&dyn Format] = &[

@@ -1,8 +1,23 @@
-//! PLACEHOLDER: seed_oss is being written; it rejects every region until then.
+//! ByteDance Seed-OSS (36B): the Qwen3-Coder body inside `<seed:tool_call>`:
+//!
+//! ```text
+//! <seed:tool_call>
+//! <function=NAME>
+//! <parameter=KEY>VALUE</parameter>
+//! </function>
+//! </seed:tool_call>
+//! ```
+//!
+//! One block per call. Reasoning in `<seed:think>…</seed:think>` is routed
+//! by the engine before any marker is looked for.
 
+use crate::toolcall::formats::xml;
 use crate::toolcall::{Ctx, Format, Step};
 
 pub struct SeedOss;
+
+const OPEN: &str = "<seed:tool_call>";
+const CLOSE: &str = "</seed:tool_call>";
 
 impl Format for SeedOss {
     fn name(&self) -> &'static str {
@@ -10,10 +25,10 @@ impl Format for SeedOss {
     }
 
     fn markers(&self) -> &'static [&'static str] {
-        &["<seed:tool_call>"]
+        &[OPEN]
     }
 
-    fn parse(&self, _region: &str, _ctx: &Ctx<'_>) -> Step {
-        Step::Reject
+    fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
+        xml::qwen_block(region, OPEN, CLOSE, ctx)
     }
 }

@@ -1,8 +1,26 @@
-//! PLACEHOLDER: step3 is being written; it rejects every region until then.
+//! StepFun Step-3 (fullwidth bars, underscores, not `▁`):
+//!
+//! ```text
+//! <｜tool_calls_begin｜><｜tool_call_begin｜>function<｜tool_sep｜><steptml:invoke name="N">
+//! <steptml:parameter name="k">v</steptml:parameter>
+//! </steptml:invoke><｜tool_call_end｜><｜tool_calls_end｜>
+//! ```
+//!
+//! Values are raw text typed by the tool's schema. Like SGLang, a block
+//! without `<｜tool_calls_end｜>` is not a call: the output stays text.
 
-use crate::toolcall::{Ctx, Format, Step};
+use crate::toolcall::formats::xml::{self, Peek};
+use crate::toolcall::scan::{find, skip_ws};
+use crate::toolcall::{Ctx, Format, Parsed, RawCall, Step, Wait};
 
 pub struct Step3;
+
+const OPEN: &str = "<｜tool_calls_begin｜>";
+const CLOSE: &str = "<｜tool_calls_end｜>";
+const CALL: &str = "<｜tool_call_begin｜>";
+const CALL_END: &str = "<｜tool_call_end｜>";
+const SEP: &str = "<｜tool_sep｜>";
+const NS: &str = "steptml:";
 
 impl Format for Step3 {
     fn name(&self) -> &'static str {
@@ -10,10 +28,53 @@ impl Format for Step3 {
     }
 
     fn markers(&self) -> &'static [&'static str] {
-        &["<｜tool_calls_begin｜>"]
+        &[OPEN]
     }
 
-    fn parse(&self, _region: &str, _ctx: &Ctx<'_>) -> Step {
-        Step::Reject
+    fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
+        let body = skip_ws(region, OPEN.len());
+        match xml::peek(region, body, &[CALL]) {
+            Peek::Is(_) => {}
+            Peek::Maybe => return xml::more(region, ctx),
+            Peek::No => return Step::Reject,
+        }
+        let Some(close) = find(region, CLOSE, body) else {
+            if ctx.eof {
+                return Step::Reject;
+            }
+            return Step::Need(Wait::Marker {
+                marker: CLOSE,
+                from: body,
+            });
+        };
+        let mut calls = Vec::new();
+        let mut at = body;
+        while region[at..close].starts_with(CALL) {
+            let start = at + CALL.len();
+            let end = find(&region[..close], CALL_END, start).unwrap_or(close);
+            let call = &region[start..end];
+            // `function<｜tool_sep｜><steptml:invoke …>`: only function calls.
+            let Some(sep) = find(call, SEP, 0) else {
+                return Step::Reject;
+            };
+            if call[..sep].trim() != "function" {
+                return Step::Reject;
+            }
+            let (invokes, _) = xml::invokes(&call[sep + SEP.len()..], NS, &[]);
+            calls.extend(
+                invokes
+                    .iter()
+                    .map(|inv| RawCall::value(inv.name, xml::invoke_args(inv, NS, ctx.tools))),
+            );
+            at = skip_ws(region, (end + CALL_END.len()).min(close));
+        }
+        if calls.is_empty() {
+            return Step::Reject;
+        }
+        Step::Done(Parsed {
+            consumed: close + CLOSE.len(),
+            calls,
+            ..Default::default()
+        })
     }
 }
