@@ -1,0 +1,190 @@
+//! Real-client conformance: the official OpenAI Python and Node SDKs, at
+//! pinned versions, against the proxy in front of a scripted wiremock
+//! upstream. The SDKs are installed on first run under cargo's target
+//! tmp dir (a venv and an npm folder), so `cargo test` needs nothing else
+//! than python3, node and the package registries.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use modelshim::config::ProviderConfig;
+use modelshim::provider::ToolMode;
+use serde_json::{Value, json};
+use wiremock::matchers::{body_partial_json, method};
+use wiremock::{Mock, MockServer, Request, ResponseTemplate};
+
+const PYTHON_OPENAI: &str = "3.57.0";
+const NODE_OPENAI: &str = "7.59.0";
+
+fn sdk_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("sdk")
+}
+
+fn run(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if out.status.success() { Ok(text) } else { Err(format!("{cmd:?} failed:\n{text}")) }
+}
+
+/// A venv with the pinned `openai` package; returns its python.
+fn python_env() -> PathBuf {
+    let venv = sdk_dir().join("venv");
+    let py = venv.join("bin/python");
+    let probe = format!("import openai, sys; sys.exit(openai.__version__ != {PYTHON_OPENAI:?})");
+    if run(Command::new(&py).args(["-c", &probe])).is_ok() {
+        return py;
+    }
+    std::fs::create_dir_all(sdk_dir()).expect("sdk dir");
+    run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv)).expect("python3 -m venv");
+    run(Command::new(&py).args(["-m", "pip", "install", "--quiet", &format!("openai=={PYTHON_OPENAI}")])).expect("pip install openai");
+    py
+}
+
+/// An npm folder with the pinned `openai` package and our script in it.
+fn node_env() -> PathBuf {
+    let dir = sdk_dir().join("node");
+    let pkg = dir.join("node_modules/openai/package.json");
+    let installed = std::fs::read_to_string(&pkg)
+        .ok()
+        .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+        .is_some_and(|v| v["version"] == NODE_OPENAI);
+    if !installed {
+        std::fs::create_dir_all(&dir).expect("node dir");
+        std::fs::write(dir.join("package.json"), r#"{"private": true, "type": "module"}"#).expect("package.json");
+        run(Command::new("npm")
+            .args(["install", "--no-audit", "--no-fund", "--loglevel=error", &format!("openai@{NODE_OPENAI}")])
+            .current_dir(&dir))
+        .expect("npm install openai");
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/conformance.mjs");
+    std::fs::copy(script, dir.join("conformance.mjs")).expect("copy script");
+    dir
+}
+
+fn sse(chunks: &[Value]) -> ResponseTemplate {
+    ResponseTemplate::new(200).set_body_raw(sse_body(chunks), "text/event-stream")
+}
+
+async fn on(server: &MockServer, model: &str, stream: Option<bool>, resp: ResponseTemplate) {
+    let mut body = json!({"model": model});
+    if let Some(s) = stream {
+        body["stream"] = json!(s);
+    }
+    Mock::given(method("POST"))
+        .and(body_partial_json(body))
+        .respond_with(resp)
+        .with_priority(if stream.is_some() { 1 } else { 5 })
+        .mount(server)
+        .await;
+}
+
+fn has_tool_result(r: &Request) -> bool {
+    serde_json::from_slice::<Value>(&r.body)
+        .ok()
+        .and_then(|v| v["messages"].as_array().map(|m| m.iter().any(|m| m["role"] == "tool")))
+        .unwrap_or(false)
+}
+
+/// The scripted upstream: the request's model names the scenario.
+async fn scenarios() -> MockServer {
+    let s = MockServer::start().await;
+    let usage = json!({"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2});
+    // plain
+    on(&s, "plain", None, ResponseTemplate::new(200).set_body_json(completion(json!({"role": "assistant", "content": "Hello from upstream."}), "stop"))).await;
+    let mut last = json!({"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [], "usage": usage});
+    last["usage"] = usage.clone();
+    on(&s, "plain", Some(true), sse(&[chunk(json!({"role": "assistant", "content": "Hello "}), None),
+        chunk(json!({"content": "from upstream."}), None), chunk(json!({}), Some("stop")), last])).await;
+    // reasoning in <think>
+    on(&s, "think", None, ResponseTemplate::new(200).set_body_json(completion(
+        json!({"role": "assistant", "content": "<think>Paris in June.</think>\n\nIt is sunny."}), "stop"))).await;
+    // native tool calls, Ollama style (no index, stop)
+    let native_stream = [
+        chunk(json!({"role": "assistant", "tool_calls": [{"id": "call_n1", "function": {"name": "get_weather", "arguments": "{\"city\": "}}]}), None),
+        chunk(json!({"tool_calls": [{"function": {"arguments": "\"Paris\"}"}}]}), None),
+        chunk(json!({}), Some("stop")),
+    ];
+    on(&s, "native", Some(true), sse(&native_stream)).await;
+    on(&s, "native", None, ResponseTemplate::new(200).set_body_json(completion(json!({"role": "assistant",
+        "tool_calls": [{"id": "call_n1", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}), "stop"))).await;
+    // tool call written in the text
+    let text = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    on(&s, "text", None, ResponseTemplate::new(200).set_body_json(completion(json!({"role": "assistant", "content": text}), "stop"))).await;
+    let pieces = ["Let me check.\n<tool_", "call>\n{\"name\": \"get_weather\", ", "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"];
+    let mut chunks: Vec<Value> = pieces.iter().map(|p| chunk(json!({"content": p}), None)).collect();
+    chunks.push(chunk(json!({}), Some("stop")));
+    on(&s, "text", Some(true), sse(&chunks)).await;
+    // a two-turn tool loop: call (as text), then the answer once a tool result is in the history
+    Mock::given(method("POST"))
+        .and(body_partial_json(json!({"model": "loop"})))
+        .and(has_tool_result)
+        .respond_with(ResponseTemplate::new(200).set_body_json(completion(json!({"role": "assistant", "content": "It is 22C and sunny in Paris."}), "stop")))
+        .with_priority(1)
+        .mount(&s)
+        .await;
+    on(&s, "loop", None, ResponseTemplate::new(200).set_body_json(completion(json!({"role": "assistant", "content": text}), "stop"))).await;
+    // errors
+    for (model, status, body) in [
+        ("err401", 401, json!({"error": {"message": "Incorrect API key provided", "type": "invalid_api_key"}})),
+        ("err429", 429, json!({"error": {"code": "1302", "message": "rate limit reached"}})),
+        ("err400", 400, json!({"code": 20015, "data": null, "message": "max_tokens is too large"})),
+        ("err404", 404, json!({"error": {"message": "model not found", "code": "1211"}})),
+        ("err500", 500, json!({"error": {"message": "internal error"}})),
+    ] {
+        on(&s, model, None, ResponseTemplate::new(status).set_body_json(body)).await;
+    }
+    let mid = format!("data: {}\n\ndata: {}\n\n", chunk(json!({"content": "partial "}), None),
+        json!({"error": {"message": "server overloaded, try later", "type": "server_error"}}));
+    on(&s, "midfail", Some(true), ResponseTemplate::new(200).set_body_raw(mid, "text/event-stream")).await;
+    s
+}
+
+async fn start() -> (MockServer, Proxy) {
+    let upstream = scenarios().await;
+    let uri = format!("{}/v1", upstream.uri());
+    let p = proxy_with("", &upstream.uri(), |c| {
+        c.providers.insert("t".into(), ProviderConfig {
+            profile: Some("testvendor".into()),
+            base_url: Some(uri),
+            tool_calls: Some(ToolMode::Text),
+            ..Default::default()
+        });
+    })
+    .await;
+    (upstream, p)
+}
+
+fn report(name: &str, out: Result<String, String>) {
+    match out {
+        Ok(text) => println!("{text}"),
+        Err(text) => panic!("{name} conformance failed:\n{text}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn official_python_sdk() {
+    let py = tokio::task::spawn_blocking(python_env).await.expect("python env");
+    let (_upstream, p) = start().await;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/sdk/conformance.py");
+    let base = p.url("/v1");
+    let out = tokio::task::spawn_blocking(move || run(Command::new(py).arg(script).env("MODELSHIM_BASE_URL", base)))
+        .await
+        .expect("join");
+    report("python", out);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn official_node_sdk() {
+    let dir = tokio::task::spawn_blocking(node_env).await.expect("node env");
+    let (_upstream, p) = start().await;
+    let base = p.url("/v1");
+    let out = tokio::task::spawn_blocking(move || {
+        run(Command::new("node").arg("conformance.mjs").current_dir(dir).env("MODELSHIM_BASE_URL", base))
+    })
+    .await
+    .expect("join");
+    report("node", out);
+}
