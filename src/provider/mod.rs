@@ -153,7 +153,10 @@ impl Providers {
             let all_formats = match &pc.formats {
                 Some(names) => Arc::new(named(names, name)?),
                 None => {
-                    for (glob, names) in &profile.tools.formats {
+                    // The most specific (longest) glob wins, whatever the key order.
+                    let mut globs: Vec<_> = profile.tools.formats.iter().collect();
+                    globs.sort_by_key(|(g, _)| std::cmp::Reverse(g.len()));
+                    for (glob, names) in globs {
                         let g = globset::Glob::new(&glob.to_ascii_lowercase()).map_err(|e| {
                             ConfigError::Invalid(format!(
                                 "provider {name}: model glob {glob:?}: {e}"

@@ -132,7 +132,8 @@ pub struct ToolQuirks {
     #[serde(default)]
     pub mode: Option<ToolMode>,
     /// Text formats the models emit, by model glob (`"qwen3-coder*" =
-    /// ["qwen3_coder_xml"]`); models that match none use every format.
+    /// ["qwen3_coder_xml"]`); the longest matching glob wins, and models that
+    /// match none use every format.
     #[serde(default)]
     pub formats: BTreeMap<String, Vec<String>>,
     /// `strict` is removed from function definitions.
