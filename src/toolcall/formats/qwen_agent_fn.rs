@@ -50,10 +50,12 @@ impl Format for QwenAgentFn {
             return more(Step::Need(Wait::Len(end + 1)));
         }
         let name = &region[at..end];
+        // The template is line-based: `✿ARGS✿` opens the next line.
         let tag = skip_ws(region, end);
         let rest = &region[tag..];
-        if name.is_empty() || !rest.starts_with(ARGS) {
-            return match ARGS.starts_with(rest) && !name.is_empty() {
+        let newline = region[end..tag].contains('\n');
+        if name.is_empty() || !newline || !rest.starts_with(ARGS) {
+            return match !name.is_empty() && ARGS.starts_with(rest) && (newline || rest.is_empty()) {
                 true => more(Step::Need(Wait::Len(tag + ARGS.len()))),
                 false => Step::Reject,
             };
