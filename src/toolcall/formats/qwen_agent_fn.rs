@@ -109,3 +109,30 @@ fn arguments(seg: &str, name: &str, ctx: &Ctx<'_>) -> Option<Args> {
     }
     (!seg.is_empty()).then(|| Args::Text(seg.to_string()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::toolcall::ToolIndex;
+    use serde_json::json;
+
+    #[test]
+    fn code_fence_fills_the_string_parameter() {
+        let tools = ToolIndex::new([("run".to_string(), json!({"properties": {"source": {"type": "string"}}}))]);
+        let ctx = Ctx { tools: &tools, eof: true, at_start: true };
+        let args = arguments("```py\nprint(1)\n```\ntrailing", "run", &ctx);
+        assert_eq!(args, Some(Args::Value(json!({"source": "print(1)"}))));
+        assert_eq!(arguments(r#"{"a": 1} <!-- note -->"#, "run", &ctx), Some(Args::Json(r#"{"a": 1}"#.into())));
+        assert_eq!(arguments("```py\nprint(1", "run", &ctx), None);
+    }
+
+    #[test]
+    fn name_then_args_line() {
+        let tools = ToolIndex::open();
+        let ctx = Ctx { tools: &tools, eof: false, at_start: true };
+        assert!(matches!(QwenAgentFn.parse("✿FUNCTION✿: get_wea", &ctx), Step::Need(Wait::Len(_))));
+        assert!(matches!(QwenAgentFn.parse("✿FUNCTION✿: f\n✿AR", &ctx), Step::Need(Wait::Len(_))));
+        assert!(matches!(QwenAgentFn.parse("✿FUNCTION✿ and ✿ARGS✿", &ctx), Step::Reject));
+        assert!(matches!(QwenAgentFn.parse("✿FUNCTION✿: f\n✿ARGS✿: {}", &ctx), Step::Need(Wait::Marker { .. })));
+    }
+}
