@@ -1,8 +1,32 @@
-//! PLACEHOLDER: mistral is being written; it rejects every region until then.
+//! Mistral `[TOOL_CALLS]`, both tokenizer generations (aliases
+//! `mistral_pre_v11`, `mistral_v11`):
+//!
+//! * pre-v11 (Mistral-7B-v0.3, Nemo, Large-2407, Mixtral-8x22B):
+//!   `[TOOL_CALLS] [{"name": …, "arguments": {…}, "id"?: "a1B2c3D4e"}, …]`,
+//!   one array for all calls (single-quoted pseudo-JSON is repaired);
+//! * v11+ (Mistral-Small-3.x, Magistral, Devstral, Ministral-3):
+//!   `[TOOL_CALLS]name[ARGS]{…}` repeated per call, optionally with
+//!   `[CALL_ID]id`; `[ARGS]` may be missing when the server strips special
+//!   tokens, and the name then ends at the `{`.
+//!
+//! A tool-call turn ends with its calls: text after a call and before the
+//! next `[TOOL_CALLS]` (or the end) is dropped, as vLLM does. `[THINK]` blocks
+//! are routed by the engine.
+//!
+//! This file also holds small helpers the other JSON-bodied formats share
+//! (arrays of call objects, one call object, optional closing tags, names).
 
-use crate::toolcall::{Ctx, Format, Step};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::toolcall::scan::{byte_at, call_object, call_object_raw, find, python_end, skip_ws};
+use crate::toolcall::{Args, Ctx, Format, Parsed, RawCall, Step, Wait, args_repair_object};
 
 pub struct Mistral;
+
+const MARKER: &str = "[TOOL_CALLS]";
+const ARGS: &str = "[ARGS]";
+const CALL_ID: &str = "[CALL_ID]";
 
 impl Format for Mistral {
     fn name(&self) -> &'static str {
@@ -10,10 +34,224 @@ impl Format for Mistral {
     }
 
     fn markers(&self) -> &'static [&'static str] {
-        &["[TOOL_CALLS]"]
+        &[MARKER]
     }
 
-    fn parse(&self, _region: &str, _ctx: &Ctx<'_>) -> Step {
-        Step::Reject
+    fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
+        let body = skip_ws(region, MARKER.len());
+        let (calls, end) = match byte_at(region, body) {
+            None if ctx.eof => return Step::Reject,
+            None => return Step::Need(Wait::Len(body + 1)),
+            // pre-v11: one array (or, from some fine-tunes, one bare object).
+            Some(b'[' | b'{') => {
+                let Some(end) = python_end(region, body) else {
+                    return need_balanced(body, ctx);
+                };
+                let text = &region[body..end];
+                let calls = if text.starts_with('[') { json_calls(text) } else { json_call(text).map(|c| vec![c]) };
+                match calls {
+                    Some(calls) => (calls, end),
+                    None => return Step::Reject,
+                }
+            }
+            Some(_) => match v11_call(region, body, ctx) {
+                Ok(x) => x,
+                Err(step) => return step,
+            },
+        };
+        // Drop what follows the call up to the next call or the end.
+        let consumed = match find(region, MARKER, end) {
+            Some(next) => next,
+            None if ctx.eof => region.len(),
+            None => {
+                return Step::Need(Wait::Marker { marker: MARKER, from: end });
+            }
+        };
+        Step::Done(Parsed { consumed, calls, ..Default::default() })
+    }
+}
+
+/// `name[CALL_ID]id[ARGS]{…}` from `at`: the call and the end of its arguments.
+fn v11_call(region: &str, at: usize, ctx: &Ctx<'_>) -> Result<(Vec<RawCall>, usize), Step> {
+    let after_name = name_end(region, at);
+    let name = &region[at..after_name];
+    if name.is_empty() || name.len() > MAX_NAME {
+        return Err(Step::Reject);
+    }
+    let mut id = None;
+    let mut pos = after_name;
+    loop {
+        pos = skip_ws(region, pos);
+        let rest = &region[pos..];
+        if rest.starts_with('{') {
+            break;
+        } else if rest.starts_with(ARGS) {
+            pos += ARGS.len();
+        } else if rest.starts_with(CALL_ID) {
+            let start = skip_ws(region, pos + CALL_ID.len());
+            let end = name_end(region, start);
+            id = Some(region[start..end].to_string()).filter(|s| !s.is_empty());
+            pos = end;
+        } else if !ctx.eof && [ARGS, CALL_ID].iter().any(|t| t.starts_with(rest)) {
+            // Still typing the name, the id, or a tag (or nothing yet).
+            if pos - at > MAX_NAME + 64 {
+                return Err(Step::Reject);
+            }
+            return Err(Step::Need(Wait::Len(region.len() + 1)));
+        } else {
+            return Err(Step::Reject);
+        }
+    }
+    let Some(end) = python_end(region, pos) else {
+        return Err(need_balanced(pos, ctx));
+    };
+    let call = RawCall { name: name.to_string(), args: Args::Json(region[pos..end].to_string()), id };
+    Ok((vec![call], end))
+}
+
+/// Names longer than this are prose, not a tool name.
+pub(super) const MAX_NAME: usize = 128;
+
+/// The end of a tool name starting at `at`: ASCII letters, digits, `_`, `-`
+/// and `.`.
+pub(super) fn name_end(s: &str, at: usize) -> usize {
+    let b = s.as_bytes();
+    let mut i = at.min(b.len());
+    while i < b.len() && (b[i].is_ascii_alphanumeric() || matches!(b[i], b'_' | b'-' | b'.')) {
+        i += 1;
+    }
+    i
+}
+
+/// The answer for a bracket at `from` that is not closed yet: wait for it, or
+/// at the end of output reject the truncated call.
+pub(super) fn need_balanced(from: usize, ctx: &Ctx<'_>) -> Step {
+    if ctx.eof { Step::Reject } else { Step::Need(Wait::Balanced { from }) }
+}
+
+/// Reads one JSON call object (`{"name": …, "arguments"|"parameters": …}`),
+/// repairing near-JSON. `None` when it is not a call object.
+pub(super) fn json_call(text: &str) -> Option<RawCall> {
+    let (name, args) = match call_object_raw(text) {
+        Some(x) => x,
+        None => call_object(&args_repair_object(text)?)?,
+    };
+    Some(RawCall { name, args: args.map_or(Args::Empty, Args::Json), id: None })
+}
+
+/// Reads a JSON array of call objects, keeping each element's raw argument
+/// bytes and its string `id` when it has one; near-JSON (single quotes,
+/// Python literals, trailing commas) is repaired. `None` when the array is
+/// empty or any element is not a call object.
+pub(super) fn json_calls(text: &str) -> Option<Vec<RawCall>> {
+    let calls: Option<Vec<RawCall>> = match serde_json::from_str::<Vec<&RawValue>>(text) {
+        Ok(items) => items
+            .iter()
+            .map(|item| {
+                let mut call = json_call(item.get())?;
+                call.id = serde_json::from_str::<Value>(item.get()).ok().and_then(|v| id_of(&v));
+                Some(call)
+            })
+            .collect(),
+        // Damaged: repair element by element (llm_json mangles some arrays).
+        Err(_) => repaired_calls(text),
+    };
+    calls.filter(|c| !c.is_empty())
+}
+
+fn repaired_calls(text: &str) -> Option<Vec<RawCall>> {
+    let mut calls = Vec::new();
+    let mut at = skip_ws(text, 0);
+    if byte_at(text, at) != Some(b'[') {
+        return None;
+    }
+    at += 1;
+    loop {
+        at = skip_ws(text, at);
+        match byte_at(text, at)? {
+            b'{' => {
+                let end = python_end(text, at)?;
+                calls.push(value_call(&args_repair_object(&text[at..end])?)?);
+                at = skip_ws(text, end);
+                if byte_at(text, at) == Some(b',') {
+                    at += 1;
+                }
+            }
+            b']' => return Some(calls),
+            _ => return None,
+        }
+    }
+}
+
+fn value_call(item: &Value) -> Option<RawCall> {
+    let (name, args) = call_object(item)?;
+    Some(RawCall { name, args: args.map_or(Args::Empty, Args::Json), id: id_of(item) })
+}
+
+fn id_of(v: &Value) -> Option<String> {
+    v.get("id").and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string)
+}
+
+/// After a body that ends at `end`, the position past an optional closing
+/// tag (one of `closers`) that follows after whitespace, or `end` itself when
+/// something else follows. `Err` while that is still undecided.
+pub(super) fn past_closer(region: &str, end: usize, closers: &[&str], eof: bool) -> Result<usize, Wait> {
+    let at = skip_ws(region, end);
+    let rest = &region[at..];
+    if let Some(c) = closers.iter().find(|c| rest.starts_with(**c)) {
+        return Ok(at + c.len());
+    }
+    if !eof {
+        if rest.is_empty() {
+            return Err(Wait::NonSpaceAfter { from: end });
+        }
+        if let Some(c) = closers.iter().filter(|c| c.starts_with(rest)).map(|c| c.len()).min() {
+            return Err(Wait::Len(at + c));
+        }
+    }
+    Ok(end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::toolcall::ToolIndex;
+
+    fn parse(text: &str, eof: bool) -> Step {
+        let tools = ToolIndex::open();
+        Mistral.parse(text, &Ctx { tools: &tools, eof, at_start: false })
+    }
+
+    #[test]
+    fn v11_with_call_id() {
+        let Step::Done(p) = parse(r#"[TOOL_CALLS]f[CALL_ID]a1B2c3D4e[ARGS]{"x": 1}"#, true) else { panic!("not done") };
+        assert_eq!(p.calls[0].id.as_deref(), Some("a1B2c3D4e"));
+        assert_eq!(p.calls[0].args, Args::Json(r#"{"x": 1}"#.into()));
+    }
+
+    #[test]
+    fn waits_inside_the_name_and_rejects_prose() {
+        assert!(matches!(parse("[TOOL_CALLS]get_wea", false), Step::Need(Wait::Len(_))));
+        assert!(matches!(parse("[TOOL_CALLS]f[AR", false), Step::Need(Wait::Len(_))));
+        assert!(matches!(parse("[TOOL_CALLS] is a token", false), Step::Reject));
+        assert!(matches!(parse("[TOOL_CALLS] [1, 2]", true), Step::Reject));
+    }
+
+    #[test]
+    fn repairs_arrays() {
+        let one = json_calls("[{'name': 'f', 'arguments': {'a': 'x'}}]").unwrap_or_default();
+        assert_eq!(one.len(), 1);
+        let two = json_calls("[{'name': 'f', 'arguments': {}}, {'name': 'g', 'arguments': {},},]").unwrap_or_default();
+        assert_eq!(two.len(), 2);
+        assert!(json_calls("[1, 2]").is_none());
+        assert!(json_calls("[]").is_none());
+    }
+
+    #[test]
+    fn closer_is_optional() {
+        assert_eq!(past_closer("[1] </x>", 3, &["</x>"], false), Ok(8));
+        assert_eq!(past_closer("[1] </", 3, &["</x>"], false), Err(Wait::Len(8)));
+        assert_eq!(past_closer("[1] ", 3, &["</x>"], false), Err(Wait::NonSpaceAfter { from: 3 }));
+        assert_eq!(past_closer("[1] text", 3, &["</x>"], false), Ok(3));
     }
 }
