@@ -72,17 +72,9 @@ pub enum Command {
 
 pub async fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Serve {
-            config,
-            listen,
-            json_logs,
-        } => serve(config, listen, json_logs).await,
+        Command::Serve { config, listen, json_logs } => serve(config, listen, json_logs).await,
         Command::Replay { dir, listen, speed } => replay(dir, listen, speed).await,
-        Command::Extract {
-            format,
-            tools,
-            file,
-        } => extract_cmd(&format, tools, file),
+        Command::Extract { format, tools, file } => extract_cmd(&format, tools, file),
         Command::Check { config } => check(config),
         Command::Providers { config } => providers(config),
     }
@@ -91,9 +83,7 @@ pub async fn run(cli: Cli) -> Result<()> {
 fn init_logs(json: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let b = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     if json {
         b.json().init();
     } else {
@@ -107,9 +97,10 @@ fn load(flag: Option<PathBuf>) -> Result<(Config, std::collections::BTreeMap<Str
     if let Some(p) = &path {
         tracing::info!("config: {}", p.display());
     }
-    let dir = config.providers_dir.clone().or_else(|| {
-        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".modelshim/providers"))
-    });
+    let dir = config
+        .providers_dir
+        .clone()
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".modelshim/providers")));
     let profiles = load_profiles(dir.as_deref())?;
     Ok((config, profiles))
 }
@@ -118,9 +109,7 @@ fn load(flag: Option<PathBuf>) -> Result<(Config, std::collections::BTreeMap<Str
 fn default_providers(config: &mut Config, profiles: &std::collections::BTreeMap<String, Profile>) {
     if config.providers.is_empty() {
         for id in profiles.keys() {
-            config
-                .providers
-                .insert(id.clone(), ProviderConfig::default());
+            config.providers.insert(id.clone(), ProviderConfig::default());
         }
     }
 }
@@ -138,10 +127,7 @@ async fn serve(flag: Option<PathBuf>, listen: Option<String>, json_logs: bool) -
     }
     default_providers(&mut config, &profiles);
     // The demo provider replays bundled fixtures from an in-process server.
-    let demo = config
-        .providers
-        .iter_mut()
-        .find(|(n, p)| p.profile.as_deref().unwrap_or(n) == "demo");
+    let demo = config.providers.iter_mut().find(|(n, p)| p.profile.as_deref().unwrap_or(n) == "demo");
     if let Some((_, pc)) = demo {
         if pc.base_url.is_none() {
             let addr = crate::fixture::spawn(Arc::new(Replay::demo()), "127.0.0.1:0").await?;
@@ -149,12 +135,8 @@ async fn serve(flag: Option<PathBuf>, listen: Option<String>, json_logs: bool) -
         }
     }
     let state = AppState::new(&config, &profiles)?;
-    let addr = listen
-        .or(config.listen.clone())
-        .unwrap_or_else(|| "127.0.0.1:8787".into());
-    let listener = tokio::net::TcpListener::bind(&addr)
-        .await
-        .with_context(|| format!("cannot listen on {addr}"))?;
+    let addr = listen.or(config.listen.clone()).unwrap_or_else(|| "127.0.0.1:8787".into());
+    let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
     let names: Vec<String> = state.providers.iter().map(|p| p.name.clone()).collect();
     tracing::info!(providers = %names.join(","), "modelshim listening on http://{local}/v1");
@@ -199,16 +181,10 @@ async fn replay(dir: PathBuf, listen: String, speed: f64) -> Result<()> {
         bail!("no fixtures found under {}", dir.display());
     }
     let n = replay.len();
-    let listener = tokio::net::TcpListener::bind(&listen)
-        .await
-        .with_context(|| format!("cannot listen on {listen}"))?;
-    tracing::info!(
-        "replaying {n} recordings on http://{}/v1",
-        listener.local_addr()?
-    );
-    axum::serve(listener, crate::fixture::router(Arc::new(replay)))
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
+    let listener =
+        tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("cannot listen on {listen}"))?;
+    tracing::info!("replaying {n} recordings on http://{}/v1", listener.local_addr()?);
+    axum::serve(listener, crate::fixture::router(Arc::new(replay))).with_graceful_shutdown(shutdown_signal()).await?;
     Ok(())
 }
 
@@ -232,18 +208,14 @@ fn extract_cmd(format: &str, tools: Option<PathBuf>, file: Option<PathBuf>) -> R
         FormatSet::all()
     } else {
         FormatSet::named(&[format]).map_err(|n| {
-            let known: Vec<&str> = crate::toolcall::formats::ALL
-                .iter()
-                .map(|f| f.name())
-                .collect();
+            let known: Vec<&str> = crate::toolcall::formats::ALL.iter().map(|f| f.name()).collect();
             anyhow::anyhow!("unknown format {n:?}; known: auto, {}", known.join(", "))
         })?
     };
     let index = match tools {
         Some(p) => {
             let v: Value = serde_json::from_str(
-                &std::fs::read_to_string(&p)
-                    .with_context(|| format!("cannot read {}", p.display()))?,
+                &std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?,
             )
             .with_context(|| format!("{} is not JSON", p.display()))?;
             let list = v.get("tools").cloned().unwrap_or(v);
@@ -253,10 +225,7 @@ fn extract_cmd(format: &str, tools: Option<PathBuf>, file: Option<PathBuf>) -> R
     };
     let mut text = String::new();
     match file {
-        Some(p) => {
-            text = std::fs::read_to_string(&p)
-                .with_context(|| format!("cannot read {}", p.display()))?
-        }
+        Some(p) => text = std::fs::read_to_string(&p).with_context(|| format!("cannot read {}", p.display()))?,
         None => {
             std::io::stdin().read_to_string(&mut text)?;
         }
@@ -295,11 +264,7 @@ fn check(flag: Option<PathBuf>) -> Result<()> {
     for s in config.inactive_sections() {
         println!("note [{s}] is not active in this version");
     }
-    println!(
-        "{} providers, {} profiles, {warnings} warnings",
-        state.providers.iter().count(),
-        profiles.len()
-    );
+    println!("{} providers, {} profiles, {warnings} warnings", state.providers.iter().count(), profiles.len());
     Ok(())
 }
 
@@ -307,10 +272,7 @@ fn providers(flag: Option<PathBuf>) -> Result<()> {
     let (_, profiles) = load(flag)?;
     for p in profiles.values() {
         let key = p.api_key_env.as_deref().unwrap_or("-");
-        println!(
-            "{:<12} {}  ({})\n             key: {key}",
-            p.id, p.name, p.base_url
-        );
+        println!("{:<12} {}  ({})\n             key: {key}", p.id, p.name, p.base_url);
         for f in p.fixes() {
             println!("             - {f}");
         }

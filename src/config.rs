@@ -112,15 +112,9 @@ impl Default for UpstreamConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read {path}: {source}")]
-    Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Read { path: PathBuf, source: std::io::Error },
     #[error("{path}: {source}")]
-    Parse {
-        path: PathBuf,
-        source: Box<toml::de::Error>,
-    },
+    Parse { path: PathBuf, source: Box<toml::de::Error> },
     #[error("{0}")]
     Invalid(String),
 }
@@ -128,24 +122,17 @@ pub enum ConfigError {
 impl Config {
     /// Reads a config file.
     pub fn from_file(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.into(),
-            source,
-        })?;
-        toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.into(),
-            source: Box::new(e),
-        })
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse { path: path.into(), source: Box::new(e) })
     }
 
     /// The config file to use: `--config`, else `MODELSHIM_CONFIG`, else
     /// `./modelshim.toml` when present, else none.
     pub fn locate(flag: Option<PathBuf>) -> Option<PathBuf> {
-        flag.or_else(|| std::env::var_os("MODELSHIM_CONFIG").map(PathBuf::from))
-            .or_else(|| {
-                let p = PathBuf::from("modelshim.toml");
-                p.exists().then_some(p)
-            })
+        flag.or_else(|| std::env::var_os("MODELSHIM_CONFIG").map(PathBuf::from)).or_else(|| {
+            let p = PathBuf::from("modelshim.toml");
+            p.exists().then_some(p)
+        })
     }
 
     /// Loads the located file, or the empty config.

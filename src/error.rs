@@ -24,11 +24,7 @@ pub struct ErrorObject {
 
 impl ErrorObject {
     pub fn new(kind: &str, message: impl Into<String>) -> Self {
-        ErrorObject {
-            message: message.into(),
-            kind: kind.to_string(),
-            ..Default::default()
-        }
+        ErrorObject { message: message.into(), kind: kind.to_string(), ..Default::default() }
     }
 
     pub fn with_code(mut self, code: &str) -> Self {
@@ -47,10 +43,7 @@ impl ErrorObject {
 pub enum ApiError {
     /// The client sent something invalid.
     #[error("{message}")]
-    InvalidRequest {
-        message: String,
-        param: Option<String>,
-    },
+    InvalidRequest { message: String, param: Option<String> },
     /// The model names no configured provider.
     #[error("{0}")]
     ModelNotFound(String),
@@ -60,17 +53,11 @@ pub enum ApiError {
 
 impl ApiError {
     pub fn invalid(message: impl Into<String>) -> Self {
-        ApiError::InvalidRequest {
-            message: message.into(),
-            param: None,
-        }
+        ApiError::InvalidRequest { message: message.into(), param: None }
     }
 
     pub fn invalid_param(param: &str, message: impl Into<String>) -> Self {
-        ApiError::InvalidRequest {
-            message: message.into(),
-            param: Some(param.to_string()),
-        }
+        ApiError::InvalidRequest { message: message.into(), param: Some(param.to_string()) }
     }
 
     /// Status code and OpenAI error object.

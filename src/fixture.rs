@@ -91,11 +91,7 @@ pub fn request_key(method: &str, path: &str, body: &Value) -> String {
     h.update(path.as_bytes());
     h.update(b"\n");
     h.update(canonical(&b).as_bytes());
-    h.finalize()
-        .iter()
-        .take(8)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
 /// JSON with object keys sorted, independent of `preserve_order`.
@@ -104,16 +100,11 @@ fn canonical(v: &Value) -> String {
         Value::Object(m) => {
             let mut keys: Vec<&String> = m.keys().collect();
             keys.sort();
-            let parts: Vec<String> = keys
-                .iter()
-                .map(|k| format!("{}:{}", Value::String((*k).clone()), canonical(&m[*k])))
-                .collect();
+            let parts: Vec<String> =
+                keys.iter().map(|k| format!("{}:{}", Value::String((*k).clone()), canonical(&m[*k]))).collect();
             format!("{{{}}}", parts.join(","))
         }
-        Value::Array(a) => format!(
-            "[{}]",
-            a.iter().map(canonical).collect::<Vec<_>>().join(",")
-        ),
+        Value::Array(a) => format!("[{}]", a.iter().map(canonical).collect::<Vec<_>>().join(",")),
         other => other.to_string(),
     }
 }
@@ -137,10 +128,7 @@ pub struct Replay {
 impl Replay {
     /// Builds the server from `(source name, file text)` pairs; a file that
     /// does not parse is reported and skipped.
-    pub fn new(
-        files: impl IntoIterator<Item = (String, String)>,
-        speed: f64,
-    ) -> (Self, Vec<String>) {
+    pub fn new(files: impl IntoIterator<Item = (String, String)>, speed: f64) -> (Self, Vec<String>) {
         let mut entries = Vec::new();
         let mut problems = Vec::new();
         for (source, text) in files {
@@ -152,26 +140,13 @@ impl Replay {
                 Err(e) => problems.push(format!("{source}: not a fixture: {e}")),
             }
         }
-        (
-            Replay {
-                entries,
-                cursors: Default::default(),
-                served: AtomicUsize::new(0),
-                speed,
-            },
-            problems,
-        )
+        (Replay { entries, cursors: Default::default(), served: AtomicUsize::new(0), speed }, problems)
     }
 
     /// The bundled demo fixtures.
     pub fn demo() -> Self {
         static DEMO: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/bundled_demo.rs"));
-        Self::new(
-            DEMO.iter()
-                .map(|(n, t)| (format!("demo/{n}.json"), t.to_string())),
-            0.0,
-        )
-        .0
+        Self::new(DEMO.iter().map(|(n, t)| (format!("demo/{n}.json"), t.to_string())), 0.0).0
     }
 
     pub fn len(&self) -> usize {
@@ -217,9 +192,9 @@ impl Replay {
     /// The recording most like a request, for the 404 message.
     fn closest(&self, path: &str, body: &Value) -> Option<&Entry> {
         let model = body.get("model");
-        self.entries.iter().max_by_key(|e| {
-            (e.fx.request.path == path) as u8 * 2 + (e.fx.request.body.get("model") == model) as u8
-        })
+        self.entries
+            .iter()
+            .max_by_key(|e| (e.fx.request.path == path) as u8 * 2 + (e.fx.request.body.get("model") == model) as u8)
     }
 
     fn respond(&self, e: &Entry) -> Response {
@@ -228,19 +203,13 @@ impl Replay {
         let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::OK);
         let mut builder = Response::builder().status(status);
         for (k, v) in &r.headers {
-            if !k.eq_ignore_ascii_case("content-length")
-                && !k.eq_ignore_ascii_case("transfer-encoding")
-            {
+            if !k.eq_ignore_ascii_case("content-length") && !k.eq_ignore_ascii_case("transfer-encoding") {
                 builder = builder.header(k, v);
             }
         }
         let body = match &r.sse {
             Some(events) => {
-                if !r
-                    .headers
-                    .keys()
-                    .any(|k| k.eq_ignore_ascii_case("content-type"))
-                {
+                if !r.headers.keys().any(|k| k.eq_ignore_ascii_case("content-type")) {
                     builder = builder.header("content-type", "text/event-stream");
                 }
                 let events = events.clone();
@@ -255,19 +224,13 @@ impl Replay {
                 })
             }
             None => {
-                if !r
-                    .headers
-                    .keys()
-                    .any(|k| k.eq_ignore_ascii_case("content-type"))
-                {
+                if !r.headers.keys().any(|k| k.eq_ignore_ascii_case("content-type")) {
                     builder = builder.header("content-type", "application/json");
                 }
                 Body::from(r.body.as_ref().map(Value::to_string).unwrap_or_default())
             }
         };
-        builder
-            .body(body)
-            .unwrap_or_else(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response())
+        builder.body(body).unwrap_or_else(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response())
     }
 }
 
@@ -294,10 +257,7 @@ async fn serve(State(r): State<Arc<Replay>>, method: Method, uri: Uri, body: Byt
     };
     let err = crate::error::ErrorObject::new(
         "invalid_request_error",
-        format!(
-            "No recording matches {method} {path} (model {}).{hint}",
-            body.get("model").unwrap_or(&Value::Null)
-        ),
+        format!("No recording matches {method} {path} (model {}).{hint}", body.get("model").unwrap_or(&Value::Null)),
     )
     .with_code("no_recording");
     (StatusCode::NOT_FOUND, axum::Json(err.to_body())).into_response()

@@ -26,11 +26,7 @@ impl ChatRequest {
 
     /// Whether the client asked for a usage chunk at the end of a stream.
     pub fn wants_usage(&self) -> bool {
-        self.extra
-            .get("stream_options")
-            .and_then(|o| o.get("include_usage"))
-            .and_then(Value::as_bool)
-            .unwrap_or(false)
+        self.extra.get("stream_options").and_then(|o| o.get("include_usage")).and_then(Value::as_bool).unwrap_or(false)
     }
 
     pub fn declares_tools(&self) -> bool {
@@ -166,7 +162,5 @@ pub fn new_call_id() -> String {
 
 /// Seconds since the Unix epoch.
 pub fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }

@@ -30,9 +30,7 @@ async fn upstream(stream: &[Value], whole: Option<Value>) -> MockServer {
     Mock::given(method("POST"))
         .and(path("/v1/chat/completions"))
         .and(body_partial_json(json!({"stream": true})))
-        .respond_with(
-            ResponseTemplate::new(200).set_body_raw(sse_body(stream), "text/event-stream"),
-        )
+        .respond_with(ResponseTemplate::new(200).set_body_raw(sse_body(stream), "text/event-stream"))
         .with_priority(1)
         .mount(&server)
         .await;
@@ -83,10 +81,7 @@ async fn ollama_tool_deltas_without_index() {
             json!({"tool_calls": [{"id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":"}}]}),
             None,
         ),
-        chunk(
-            json!({"tool_calls": [{"function": {"arguments": " \"Paris\"}"}}]}),
-            None,
-        ),
+        chunk(json!({"tool_calls": [{"function": {"arguments": " \"Paris\"}"}}]}), None),
         chunk(json!({}), Some("tool_calls")),
     ];
     let whole = completion(
@@ -94,12 +89,7 @@ async fn ollama_tool_deltas_without_index() {
         {"id": "call_a", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}),
         "tool_calls",
     );
-    let expect = view(
-        "",
-        "",
-        json!([call("<generated>", "get_weather", json!({"city": "Paris"}))]),
-        "tool_calls",
-    );
+    let expect = view("", "", json!([call("<generated>", "get_weather", json!({"city": "Paris"}))]), "tool_calls");
     both("", &stream, whole, ask(true), expect).await;
 }
 
@@ -152,16 +142,7 @@ async fn whole_call_in_one_chunk_then_empty_finish() {
         "function": {"name": "get_weather", "arguments": "{\"city\": \"Rome\"}"}}]}),
         "tool_calls",
     );
-    let expect = view(
-        "",
-        "",
-        json!([call(
-            "chatcmpl-tool-1",
-            "get_weather",
-            json!({"city": "Rome"})
-        )]),
-        "tool_calls",
-    );
+    let expect = view("", "", json!([call("chatcmpl-tool-1", "get_weather", json!({"city": "Rome"}))]), "tool_calls");
     both("", &stream, whole, ask(true), expect).await;
 }
 
@@ -181,12 +162,7 @@ async fn empty_arguments_become_empty_object() {
         {"id": "t1", "type": "function", "function": {"name": "get_time", "arguments": null}}]}),
         "tool_calls",
     );
-    let expect = view(
-        "Checking.",
-        "",
-        json!([call("t1", "get_time", json!({}))]),
-        "tool_calls",
-    );
+    let expect = view("Checking.", "", json!([call("t1", "get_time", json!({}))]), "tool_calls");
     both("", &stream, whole, ask(true), expect).await;
 }
 
@@ -205,12 +181,7 @@ async fn finish_reason_stop_with_tool_calls_is_fixed() {
         "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]}),
         "stop",
     );
-    let expect = view(
-        "",
-        "",
-        json!([call("<generated>", "get_weather", json!({"city": "Oslo"}))]),
-        "tool_calls",
-    );
+    let expect = view("", "", json!([call("<generated>", "get_weather", json!({"city": "Oslo"}))]), "tool_calls");
     both("", &stream, whole, ask(true), expect).await;
 }
 
@@ -230,12 +201,7 @@ async fn reasoning_field_variants_and_split_think_tags() {
         json!({"role": "assistant", "reasoning": "The user wants weather. ", "content": "<think>Still thinking.</think>It is sunny."}),
         "stop",
     );
-    let expect = view(
-        "It is sunny.",
-        "The user wants weather. Still thinking.",
-        json!([]),
-        "stop",
-    );
+    let expect = view("It is sunny.", "The user wants weather. Still thinking.", json!([]), "stop");
     both("", &stream, whole, ask(false), expect).await;
 }
 
@@ -255,16 +221,8 @@ async fn kimi_ids_pass_through_byte_for_byte() {
         "function": {"name": "get_weather", "arguments": "{\"city\":\"Kyoto\"}"}}]}),
         "tool_calls",
     );
-    let expect = view(
-        "",
-        "",
-        json!([call(
-            "functions.get_weather:0",
-            "get_weather",
-            json!({"city": "Kyoto"})
-        )]),
-        "tool_calls",
-    );
+    let expect =
+        view("", "", json!([call("functions.get_weather:0", "get_weather", json!({"city": "Kyoto"}))]), "tool_calls");
     both("", &stream, whole, ask(true), expect).await;
 }
 
@@ -280,16 +238,9 @@ async fn tool_call_written_in_text_is_recovered() {
         chunk(json!({"content": text[1]}), None),
         chunk(json!({}), Some("stop")),
     ];
-    let whole = completion(
-        json!({"role": "assistant", "content": text.concat()}),
-        "stop",
-    );
-    let expect = view(
-        "Let me look.",
-        "",
-        json!([call("<generated>", "get_weather", json!({"city": "Lima"}))]),
-        "tool_calls",
-    );
+    let whole = completion(json!({"role": "assistant", "content": text.concat()}), "stop");
+    let expect =
+        view("Let me look.", "", json!([call("<generated>", "get_weather", json!({"city": "Lima"}))]), "tool_calls");
     both("", &stream, whole.clone(), ask(true), expect).await;
     // Without declared tools nothing is recovered (auto mode) and the text stays.
     let p = proxy("", &upstream(&stream, Some(whole)).await.uri()).await;
@@ -301,14 +252,7 @@ async fn tool_call_written_in_text_is_recovered() {
 #[tokio::test]
 async fn native_mode_leaves_text_alone() {
     let text = "<tool_call>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call>";
-    let server = upstream(
-        &[],
-        Some(completion(
-            json!({"role": "assistant", "content": text}),
-            "stop",
-        )),
-    )
-    .await;
+    let server = upstream(&[], Some(completion(json!({"role": "assistant", "content": text}), "stop"))).await;
     let p = proxy("[tools]\nmode = \"native\"", &server.uri()).await;
     let (_, body) = p.chat(ask(true)).await;
     assert_eq!(body["choices"][0]["message"]["content"], text);
@@ -316,22 +260,9 @@ async fn native_mode_leaves_text_alone() {
 
 #[tokio::test]
 async fn sensitive_finish_maps_to_content_filter() {
-    let stream = [
-        chunk(json!({"content": "I can"}), None),
-        chunk(json!({}), Some("sensitive")),
-    ];
-    let whole = completion(
-        json!({"role": "assistant", "content": "I can"}),
-        "sensitive",
-    );
-    both(
-        "",
-        &stream,
-        whole,
-        ask(false),
-        view("I can", "", json!([]), "content_filter"),
-    )
-    .await;
+    let stream = [chunk(json!({"content": "I can"}), None), chunk(json!({}), Some("sensitive"))];
+    let whole = completion(json!({"role": "assistant", "content": "I can"}), "sensitive");
+    both("", &stream, whole, ask(false), view("I can", "", json!([]), "content_filter")).await;
 }
 
 #[tokio::test]
@@ -353,10 +284,7 @@ async fn usage_chunk_only_when_asked() {
     // Not asked: no chunk with empty choices; usage rides on the finish chunk.
     let (_, events) = p.chat_stream(ask(false)).await;
     for e in events.iter().filter(|e| e.is_object()) {
-        assert!(
-            !e["choices"].as_array().is_some_and(Vec::is_empty),
-            "empty choices sent: {e}"
-        );
+        assert!(!e["choices"].as_array().is_some_and(Vec::is_empty), "empty choices sent: {e}");
     }
 }
 
@@ -383,10 +311,10 @@ async fn stream_requested_but_upstream_answers_json() {
     // ollama/ollama#9092: with tools, stream=true returned one final block.
     let server = MockServer::start().await;
     Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(200).set_body_json(completion(
-            json!({"role": "assistant", "content": "one block"}),
-            "stop",
-        )))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(completion(json!({"role": "assistant", "content": "one block"}), "stop")),
+        )
         .mount(&server)
         .await;
     let p = proxy("", &server.uri()).await;
@@ -399,16 +327,11 @@ async fn stream_requested_but_upstream_answers_json() {
 #[tokio::test]
 async fn unknown_fields_pass_through_both_ways() {
     let server = MockServer::start().await;
-    let mut whole = completion(
-        json!({"role": "assistant", "content": "x", "annotations": [{"k": 1}]}),
-        "stop",
-    );
+    let mut whole = completion(json!({"role": "assistant", "content": "x", "annotations": [{"k": 1}]}), "stop");
     whole["system_fingerprint"] = json!("fp_1");
     whole["vendor_extra"] = json!({"a": 1});
     Mock::given(method("POST"))
-        .and(body_partial_json(
-            json!({"top_k": 5, "repetition_penalty": 1.1}),
-        ))
+        .and(body_partial_json(json!({"top_k": 5, "repetition_penalty": 1.1})))
         .respond_with(ResponseTemplate::new(200).set_body_json(whole))
         .mount(&server)
         .await;
@@ -420,10 +343,7 @@ async fn unknown_fields_pass_through_both_ways() {
     assert_eq!(st, 200, "{body}");
     assert_eq!(body["system_fingerprint"], "fp_1");
     assert_eq!(body["vendor_extra"], json!({"a": 1}));
-    assert_eq!(
-        body["choices"][0]["message"]["annotations"],
-        json!([{"k": 1}])
-    );
+    assert_eq!(body["choices"][0]["message"]["annotations"], json!([{"k": 1}]));
 }
 
 #[tokio::test]
@@ -431,14 +351,11 @@ async fn ark_text_parts_are_flattened_for_the_upstream() {
     // CherryHQ/cherry-studio#3513: Ark wants strings, not part arrays.
     let server = MockServer::start().await;
     Mock::given(method("POST"))
-        .and(body_partial_json(
-            json!({"messages": [{"role": "user", "content": "a b"},
-            {"role": "tool", "tool_call_id": "t", "content": "result"}]}),
-        ))
-        .respond_with(ResponseTemplate::new(200).set_body_json(completion(
-            json!({"role": "assistant", "content": "ok"}),
-            "stop",
-        )))
+        .and(body_partial_json(json!({"messages": [{"role": "user", "content": "a b"},
+            {"role": "tool", "tool_call_id": "t", "content": "result"}]})))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(completion(json!({"role": "assistant", "content": "ok"}), "stop")),
+        )
         .mount(&server)
         .await;
     let p = proxy("[request]\nflatten_text_parts = true", &server.uri()).await;
@@ -446,11 +363,7 @@ async fn ark_text_parts_are_flattened_for_the_upstream() {
         {"role": "user", "content": [{"type": "text", "text": "a "}, {"type": "text", "text": "b"}]},
         {"role": "tool", "tool_call_id": "t", "content": [{"type": "text", "text": "result"}]}]});
     let (st, body) = p.chat(req).await;
-    assert_eq!(
-        (st, &body["choices"][0]["message"]["content"]),
-        (200, &json!("ok")),
-        "{body}"
-    );
+    assert_eq!((st, &body["choices"][0]["message"]["content"]), (200, &json!("ok")), "{body}");
 }
 
 #[tokio::test]
@@ -476,11 +389,7 @@ async fn dashscope_thinking_without_stream_is_streamed_upstream() {
         .with_priority(10)
         .mount(&server)
         .await;
-    let p = proxy(
-        "[thinking]\nstyle = \"enable_thinking\"\nstream_only = true",
-        &server.uri(),
-    )
-    .await;
+    let p = proxy("[thinking]\nstyle = \"enable_thinking\"\nstream_only = true", &server.uri()).await;
     let (st, body) = p.chat(ask(false)).await;
     assert_eq!(st, 200, "{body}");
     assert_eq!(body["choices"][0]["message"]["content"], "Answer.");
@@ -498,13 +407,7 @@ async fn vendor_error_shapes_map_to_openai_errors() {
             429,
             "余额不足或无可用资源包",
         ),
-        (
-            "",
-            401,
-            json!({"code": 30014, "data": null, "message": "Token is invalid."}),
-            401,
-            "Token is invalid.",
-        ),
+        ("", 401, json!({"code": 30014, "data": null, "message": "Token is invalid."}), 401, "Token is invalid."),
         (
             "",
             402,
@@ -512,13 +415,7 @@ async fn vendor_error_shapes_map_to_openai_errors() {
             429,
             "Insufficient Balance",
         ),
-        (
-            "",
-            451,
-            json!({"error": {"message": "content failed review"}}),
-            400,
-            "content failed review",
-        ),
+        ("", 451, json!({"error": {"message": "content failed review"}}), 400, "content failed review"),
         (
             "",
             400,
@@ -533,13 +430,7 @@ async fn vendor_error_shapes_map_to_openai_errors() {
             404,
             "model not found",
         ),
-        (
-            "",
-            503,
-            json!({"error": {"message": "Service overloaded"}}),
-            503,
-            "Service overloaded",
-        ),
+        ("", 503, json!({"error": {"message": "Service overloaded"}}), 503, "Service overloaded"),
     ];
     for (profile, up_status, body, want_status, want_msg) in cases {
         let server = MockServer::start().await;
@@ -561,18 +452,14 @@ async fn vendor_error_shapes_map_to_openai_errors() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
         .respond_with(
-            ResponseTemplate::new(200).set_body_json(
-                json!({"base_resp": {"status_code": 1004, "status_msg": "login fail"}}),
-            ),
+            ResponseTemplate::new(200)
+                .set_body_json(json!({"base_resp": {"status_code": 1004, "status_msg": "login fail"}})),
         )
         .mount(&server)
         .await;
     let p = proxy("[errors]\ncodes = { \"1004\" = 401 }", &server.uri()).await;
     let (st, got) = p.chat(ask(false)).await;
-    assert_eq!(
-        (st, got["error"]["message"].as_str()),
-        (401, Some("login fail"))
-    );
+    assert_eq!((st, got["error"]["message"].as_str()), (401, Some("login fail")));
     // Plain text bodies keep their text.
     let server = MockServer::start().await;
     Mock::given(method("POST"))
@@ -581,10 +468,7 @@ async fn vendor_error_shapes_map_to_openai_errors() {
         .await;
     let p = proxy("", &server.uri()).await;
     let (st, got) = p.chat(ask(false)).await;
-    assert_eq!(
-        (st, got["error"]["message"].as_str()),
-        (502, Some("bad gateway from nginx"))
-    );
+    assert_eq!((st, got["error"]["message"].as_str()), (502, Some("bad gateway from nginx")));
 }
 
 #[tokio::test]
@@ -603,10 +487,7 @@ async fn error_after_stream_started_is_sent_in_band() {
     let (st, events) = p.chat_stream(ask(false)).await;
     assert_eq!(st, 200);
     assert_eq!(events[0]["choices"][0]["delta"]["content"], "partial");
-    assert_eq!(
-        events.last().map(|e| e["error"]["message"].clone()),
-        Some(json!("upstream overloaded mid-stream"))
-    );
+    assert_eq!(events.last().map(|e| e["error"]["message"].clone()), Some(json!("upstream overloaded mid-stream")));
 }
 
 #[tokio::test]
@@ -615,43 +496,23 @@ async fn bad_client_input_gets_openai_400s() {
     let cases = [
         ("not json", "not valid JSON"),
         ("[1,2]", "JSON object"),
-        (
-            r#"{"messages": [{"role": "user", "content": "x"}]}"#,
-            "model",
-        ),
+        (r#"{"messages": [{"role": "user", "content": "x"}]}"#, "model"),
         (r#"{"model": 5, "messages": []}"#, "model"),
         (r#"{"model": "v/m"}"#, "messages"),
         (r#"{"model": "v/m", "messages": "hi"}"#, "messages"),
-        (
-            r#"{"model": "v/m", "messages": [{"content": "no role"}]}"#,
-            "role",
-        ),
-        (
-            r#"{"model": "v/m", "messages": [{"role": "user"}], "stream": "yes"}"#,
-            "stream",
-        ),
+        (r#"{"model": "v/m", "messages": [{"content": "no role"}]}"#, "role"),
+        (r#"{"model": "v/m", "messages": [{"role": "user"}], "stream": "yes"}"#, "stream"),
     ];
     for (body, needle) in cases {
-        let r = p
-            .http
-            .post(p.url("/v1/chat/completions"))
-            .body(body)
-            .send()
-            .await
-            .expect("send");
+        let r = p.http.post(p.url("/v1/chat/completions")).body(body).send().await.expect("send");
         assert_eq!(r.status().as_u16(), 400, "{body}");
         let v: Value = r.json().await.expect("json");
         let msg = v["error"]["message"].as_str().unwrap_or_default();
         assert!(msg.contains(needle), "{body}: {msg}");
         assert_eq!(v["error"]["type"], "invalid_request_error");
     }
-    let (st, v) = p
-        .chat(json!({"model": "unknown/m", "messages": [{"role": "user", "content": "x"}]}))
-        .await;
-    assert_eq!(
-        (st, v["error"]["code"].as_str()),
-        (404, Some("model_not_found"))
-    );
+    let (st, v) = p.chat(json!({"model": "unknown/m", "messages": [{"role": "user", "content": "x"}]})).await;
+    assert_eq!((st, v["error"]["code"].as_str()), (404, Some("model_not_found")));
     // Upstream unreachable: a 502 with the reason, not a hang or a panic.
     let (st, v) = p.chat(ask(false)).await;
     assert_eq!(st, 502, "{v}");
@@ -662,14 +523,11 @@ async fn bad_client_input_gets_openai_400s() {
 async fn request_rewrites_reach_the_upstream() {
     let server = MockServer::start().await;
     Mock::given(method("POST"))
-        .and(body_partial_json(
-            json!({"model": "glm-4.6", "max_tokens": 50, "temperature": 1.0, "tool_choice": "auto",
-            "thinking": {"type": "disabled"}}),
-        ))
-        .respond_with(ResponseTemplate::new(200).set_body_json(completion(
-            json!({"role": "assistant", "content": "ok"}),
-            "stop",
-        )))
+        .and(body_partial_json(json!({"model": "glm-4.6", "max_tokens": 50, "temperature": 1.0, "tool_choice": "auto",
+            "thinking": {"type": "disabled"}})))
+        .respond_with(
+            ResponseTemplate::new(200).set_body_json(completion(json!({"role": "assistant", "content": "ok"}), "stop")),
+        )
         .mount(&server)
         .await;
     let profile = r#"
@@ -693,15 +551,11 @@ style = "thinking_type"
     let (st, body) = p.chat(req).await;
     assert_eq!(st, 200, "{body}");
     let sent: Value =
-        serde_json::from_slice(&server.received_requests().await.unwrap_or_default()[0].body)
-            .unwrap_or_default();
+        serde_json::from_slice(&server.received_requests().await.unwrap_or_default()[0].body).unwrap_or_default();
     assert!(sent.get("frequency_penalty").is_none() && sent.get("reasoning_effort").is_none());
     assert!(sent["tools"][0]["function"].get("strict").is_none());
     assert!(sent["messages"][1].get("name").is_none());
     assert!(
-        sent["messages"][0]["content"]
-            .as_str()
-            .unwrap_or_default()
-            .contains("You must call one of the provided tools")
+        sent["messages"][0]["content"].as_str().unwrap_or_default().contains("You must call one of the provided tools")
     );
 }

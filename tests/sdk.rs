@@ -39,7 +39,8 @@ fn python_env() -> PathBuf {
     }
     std::fs::create_dir_all(sdk_dir()).expect("sdk dir");
     run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv)).expect("python3 -m venv");
-    run(Command::new(&py).args(["-m", "pip", "install", "--quiet", &format!("openai=={PYTHON_OPENAI}")])).expect("pip install openai");
+    run(Command::new(&py).args(["-m", "pip", "install", "--quiet", &format!("openai=={PYTHON_OPENAI}")]))
+        .expect("pip install openai");
     py
 }
 
@@ -93,27 +94,75 @@ async fn scenarios() -> MockServer {
     let s = MockServer::start().await;
     let usage = json!({"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2});
     // plain
-    on(&s, "plain", None, ResponseTemplate::new(200).set_body_json(completion(json!({"role": "assistant", "content": "Hello from upstream."}), "stop"))).await;
+    on(
+        &s,
+        "plain",
+        None,
+        ResponseTemplate::new(200)
+            .set_body_json(completion(json!({"role": "assistant", "content": "Hello from upstream."}), "stop")),
+    )
+    .await;
     let mut last = json!({"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [], "usage": usage});
     last["usage"] = usage.clone();
-    on(&s, "plain", Some(true), sse(&[chunk(json!({"role": "assistant", "content": "Hello "}), None),
-        chunk(json!({"content": "from upstream."}), None), chunk(json!({}), Some("stop")), last])).await;
+    on(
+        &s,
+        "plain",
+        Some(true),
+        sse(&[
+            chunk(json!({"role": "assistant", "content": "Hello "}), None),
+            chunk(json!({"content": "from upstream."}), None),
+            chunk(json!({}), Some("stop")),
+            last,
+        ]),
+    )
+    .await;
     // reasoning in <think>
-    on(&s, "think", None, ResponseTemplate::new(200).set_body_json(completion(
-        json!({"role": "assistant", "content": "<think>Paris in June.</think>\n\nIt is sunny."}), "stop"))).await;
+    on(
+        &s,
+        "think",
+        None,
+        ResponseTemplate::new(200).set_body_json(completion(
+            json!({"role": "assistant", "content": "<think>Paris in June.</think>\n\nIt is sunny."}),
+            "stop",
+        )),
+    )
+    .await;
     // native tool calls, Ollama style (no index, stop)
     let native_stream = [
-        chunk(json!({"role": "assistant", "tool_calls": [{"id": "call_n1", "function": {"name": "get_weather", "arguments": "{\"city\": "}}]}), None),
+        chunk(
+            json!({"role": "assistant", "tool_calls": [{"id": "call_n1", "function": {"name": "get_weather", "arguments": "{\"city\": "}}]}),
+            None,
+        ),
         chunk(json!({"tool_calls": [{"function": {"arguments": "\"Paris\"}"}}]}), None),
         chunk(json!({}), Some("stop")),
     ];
     on(&s, "native", Some(true), sse(&native_stream)).await;
-    on(&s, "native", None, ResponseTemplate::new(200).set_body_json(completion(json!({"role": "assistant",
-        "tool_calls": [{"id": "call_n1", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}), "stop"))).await;
+    on(
+        &s,
+        "native",
+        None,
+        ResponseTemplate::new(200).set_body_json(completion(
+            json!({"role": "assistant",
+        "tool_calls": [{"id": "call_n1", "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]}),
+            "stop",
+        )),
+    )
+    .await;
     // tool call written in the text
-    let text = "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
-    on(&s, "text", None, ResponseTemplate::new(200).set_body_json(completion(json!({"role": "assistant", "content": text}), "stop"))).await;
-    let pieces = ["Let me check.\n<tool_", "call>\n{\"name\": \"get_weather\", ", "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"];
+    let text =
+        "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    on(
+        &s,
+        "text",
+        None,
+        ResponseTemplate::new(200).set_body_json(completion(json!({"role": "assistant", "content": text}), "stop")),
+    )
+    .await;
+    let pieces = [
+        "Let me check.\n<tool_",
+        "call>\n{\"name\": \"get_weather\", ",
+        "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+    ];
     let mut chunks: Vec<Value> = pieces.iter().map(|p| chunk(json!({"content": p}), None)).collect();
     chunks.push(chunk(json!({}), Some("stop")));
     on(&s, "text", Some(true), sse(&chunks)).await;
@@ -121,11 +170,20 @@ async fn scenarios() -> MockServer {
     Mock::given(method("POST"))
         .and(body_partial_json(json!({"model": "loop"})))
         .and(has_tool_result)
-        .respond_with(ResponseTemplate::new(200).set_body_json(completion(json!({"role": "assistant", "content": "It is 22C and sunny in Paris."}), "stop")))
+        .respond_with(ResponseTemplate::new(200).set_body_json(completion(
+            json!({"role": "assistant", "content": "It is 22C and sunny in Paris."}),
+            "stop",
+        )))
         .with_priority(1)
         .mount(&s)
         .await;
-    on(&s, "loop", None, ResponseTemplate::new(200).set_body_json(completion(json!({"role": "assistant", "content": text}), "stop"))).await;
+    on(
+        &s,
+        "loop",
+        None,
+        ResponseTemplate::new(200).set_body_json(completion(json!({"role": "assistant", "content": text}), "stop")),
+    )
+    .await;
     // errors
     for (model, status, body) in [
         ("err401", 401, json!({"error": {"message": "Incorrect API key provided", "type": "invalid_api_key"}})),
@@ -136,8 +194,11 @@ async fn scenarios() -> MockServer {
     ] {
         on(&s, model, None, ResponseTemplate::new(status).set_body_json(body)).await;
     }
-    let mid = format!("data: {}\n\ndata: {}\n\n", chunk(json!({"content": "partial "}), None),
-        json!({"error": {"message": "server overloaded, try later", "type": "server_error"}}));
+    let mid = format!(
+        "data: {}\n\ndata: {}\n\n",
+        chunk(json!({"content": "partial "}), None),
+        json!({"error": {"message": "server overloaded, try later", "type": "server_error"}})
+    );
     on(&s, "midfail", Some(true), ResponseTemplate::new(200).set_body_raw(mid, "text/event-stream")).await;
     s
 }
@@ -146,12 +207,15 @@ async fn start() -> (MockServer, Proxy) {
     let upstream = scenarios().await;
     let uri = format!("{}/v1", upstream.uri());
     let p = proxy_with("", &upstream.uri(), |c| {
-        c.providers.insert("t".into(), ProviderConfig {
-            profile: Some("testvendor".into()),
-            base_url: Some(uri),
-            tool_calls: Some(ToolMode::Text),
-            ..Default::default()
-        });
+        c.providers.insert(
+            "t".into(),
+            ProviderConfig {
+                profile: Some("testvendor".into()),
+                base_url: Some(uri),
+                tool_calls: Some(ToolMode::Text),
+                ..Default::default()
+            },
+        );
     })
     .await;
     (upstream, p)

@@ -53,25 +53,13 @@ fn load() -> Vec<Case> {
     let mut cases = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
-        for (n, line) in text
-            .lines()
-            .enumerate()
-            .filter(|(_, l)| !l.trim().is_empty())
-        {
-            let mut c: Case = serde_json::from_str(line)
-                .unwrap_or_else(|e| panic!("{}:{}: {e}", f.display(), n + 1));
-            c.origin = format!(
-                "{}:{}",
-                f.file_name().and_then(|n| n.to_str()).unwrap_or("?"),
-                n + 1
-            );
+        for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+            let mut c: Case = serde_json::from_str(line).unwrap_or_else(|e| panic!("{}:{}: {e}", f.display(), n + 1));
+            c.origin = format!("{}:{}", f.file_name().and_then(|n| n.to_str()).unwrap_or("?"), n + 1);
             if NOT_IN_AUTO.iter().any(|(fmt, _)| *fmt == c.format) {
                 c.auto = false;
             }
-            if only
-                .as_ref()
-                .is_none_or(|o| o.split(',').any(|o| o == c.format))
-            {
+            if only.as_ref().is_none_or(|o| o.split(',').any(|o| o == c.format)) {
                 cases.push(c);
             }
         }
@@ -91,8 +79,7 @@ fn own_set(c: &Case) -> Option<Arc<FormatSet>> {
         return None;
     }
     Some(Arc::new(
-        FormatSet::named(&[c.format.as_str()])
-            .unwrap_or_else(|n| panic!("{}: no format named {n}", c.origin)),
+        FormatSet::named(&[c.format.as_str()]).unwrap_or_else(|n| panic!("{}: no format named {n}", c.origin)),
     ))
 }
 
@@ -126,12 +113,7 @@ fn split_reasoning(s: &str) -> (String, String) {
 }
 
 fn check(c: &Case, got: &Extraction, mode: &str) {
-    let ctx = || {
-        format!(
-            "{} [{}] {mode}: {}\ntext: {:?}\ngot: {got:#?}",
-            c.origin, c.format, c.note, c.text
-        )
-    };
+    let ctx = || format!("{} [{}] {mode}: {}\ntext: {:?}\ngot: {got:#?}", c.origin, c.format, c.note, c.text);
     let calls: Vec<Value> = got
         .calls
         .iter()
@@ -145,19 +127,9 @@ fn check(c: &Case, got: &Extraction, mode: &str) {
     match &c.expected_content {
         Some(exp) => {
             let (exp_content, exp_reasoning) = split_reasoning(exp);
-            assert_eq!(
-                got.content.trim(),
-                exp_content,
-                "content differs: {}",
-                ctx()
-            );
+            assert_eq!(got.content.trim(), exp_content, "content differs: {}", ctx());
             if !exp_reasoning.is_empty() {
-                assert_eq!(
-                    got.reasoning.trim(),
-                    exp_reasoning.trim(),
-                    "reasoning differs: {}",
-                    ctx()
-                );
+                assert_eq!(got.reasoning.trim(), exp_reasoning.trim(), "reasoning differs: {}", ctx());
             }
         }
         // null: no visible content. For truncated outputs the corpus leaves
@@ -165,11 +137,7 @@ fn check(c: &Case, got: &Extraction, mode: &str) {
         // markup as content (nothing the model wrote is lost), so it must be
         // the tail of the text.
         None if c.note.to_lowercase().contains("truncat") => {
-            assert!(
-                c.text.trim_end().ends_with(got.content.trim()),
-                "content is not the truncated tail: {}",
-                ctx()
-            )
+            assert!(c.text.trim_end().ends_with(got.content.trim()), "content is not the truncated tail: {}", ctx())
         }
         None => assert_eq!(got.content.trim(), "", "content should be empty: {}", ctx()),
     }
@@ -204,25 +172,11 @@ fn every_case_whole_and_streamed() {
             let whole = run(set, &t, &[&c.text]);
             check(c, &whole, mode);
             let bytes = run(set, &t, &char_pieces(&c.text));
-            assert_eq!(
-                bytes, whole,
-                "{} {mode}: 1-char chunks differ from whole",
-                c.origin
-            );
+            assert_eq!(bytes, whole, "{} {mode}: 1-char chunks differ from whole", c.origin);
             if let Some(chunks) = &c.stream_chunks {
-                assert_eq!(
-                    chunks.concat(),
-                    c.text,
-                    "{}: stream_chunks do not add up",
-                    c.origin
-                );
+                assert_eq!(chunks.concat(), c.text, "{}: stream_chunks do not add up", c.origin);
                 let refs: Vec<&str> = chunks.iter().map(String::as_str).collect();
-                assert_eq!(
-                    run(set, &t, &refs),
-                    whole,
-                    "{} {mode}: recorded chunks differ",
-                    c.origin
-                );
+                assert_eq!(run(set, &t, &refs), whole, "{} {mode}: recorded chunks differ", c.origin);
             }
         }
     }
@@ -233,19 +187,12 @@ fn every_format_has_cases() {
     let cases = load();
     let mut missing = Vec::new();
     for f in formats::ALL {
-        let n = cases
-            .iter()
-            .filter(|c| formats::by_name(&c.format).is_some_and(|g| g.name() == f.name()))
-            .count();
+        let n = cases.iter().filter(|c| formats::by_name(&c.format).is_some_and(|g| g.name() == f.name())).count();
         if n < 8 {
             missing.push(format!("{} has {n} cases (needs 8)", f.name()));
         }
     }
-    assert!(
-        missing.is_empty(),
-        "formats without enough cases:\n{}",
-        missing.join("\n")
-    );
+    assert!(missing.is_empty(), "formats without enough cases:\n{}", missing.join("\n"));
     for c in &cases {
         assert!(
             c.format == "negative_generic" || formats::by_name(&c.format).is_some(),

@@ -32,21 +32,18 @@ impl UpstreamError {
         match self {
             UpstreamError::Connect(m) => (
                 StatusCode::BAD_GATEWAY,
-                ErrorObject::new("api_connection_error", m.clone())
-                    .with_code("upstream_unreachable"),
+                ErrorObject::new("api_connection_error", m.clone()).with_code("upstream_unreachable"),
             ),
             UpstreamError::Timeout(m) => (
                 StatusCode::GATEWAY_TIMEOUT,
                 ErrorObject::new("timeout_error", m.clone()).with_code("upstream_timeout"),
             ),
-            UpstreamError::Protocol(m) => (
-                StatusCode::BAD_GATEWAY,
-                ErrorObject::new("api_error", m.clone()).with_code("bad_upstream_response"),
-            ),
-            UpstreamError::Status { status, error } => (
-                StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY),
-                error.clone(),
-            ),
+            UpstreamError::Protocol(m) => {
+                (StatusCode::BAD_GATEWAY, ErrorObject::new("api_error", m.clone()).with_code("bad_upstream_response"))
+            }
+            UpstreamError::Status { status, error } => {
+                (StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY), error.clone())
+            }
         }
     }
 }
@@ -57,23 +54,10 @@ pub fn map_error(profile: &Profile, status: u16, body: &[u8]) -> UpstreamError {
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
     let (message, code, param, kind_hint) = match &parsed {
         Some(v) => read_fields(v),
-        None => (
-            String::from_utf8_lossy(body).trim().to_string(),
-            None,
-            None,
-            None,
-        ),
+        None => (String::from_utf8_lossy(body).trim().to_string(), None, None, None),
     };
-    let message = if message.is_empty() {
-        format!("upstream returned HTTP {status}")
-    } else {
-        message
-    };
-    let mapped = code
-        .as_deref()
-        .and_then(|c| profile.errors.codes.get(c))
-        .copied()
-        .unwrap_or(status);
+    let message = if message.is_empty() { format!("upstream returned HTTP {status}") } else { message };
+    let mapped = code.as_deref().and_then(|c| profile.errors.codes.get(c)).copied().unwrap_or(status);
     let (status, kind, default_code) = classify(mapped, kind_hint.as_deref());
     let mut extra = Map::new();
     extra.insert("upstream_status".into(), Value::from(mapped));
@@ -83,28 +67,17 @@ pub fn map_error(profile: &Profile, status: u16, body: &[u8]) -> UpstreamError {
     }
     UpstreamError::Status {
         status: status.as_u16(),
-        error: ErrorObject {
-            message,
-            kind,
-            param,
-            code: code.or(default_code),
-            extra,
-        },
+        error: ErrorObject { message, kind, param, code: code.or(default_code), extra },
     }
 }
 
 /// Detects errors that some vendors send with HTTP 200 (MiniMax `base_resp`,
 /// Qianfan v1 `error_code`).
 pub fn error_in_success(profile: &Profile, body: &Value) -> Option<UpstreamError> {
-    let failed = body
-        .get("base_resp")
-        .and_then(|b| b.get("status_code"))
-        .and_then(Value::as_i64)
-        .is_some_and(|c| c != 0)
-        || body
-            .get("error_code")
-            .is_some_and(|c| !c.is_null() && c != 0)
-        || (body.get("error").is_some_and(Value::is_object) && body.get("choices").is_none());
+    let failed =
+        body.get("base_resp").and_then(|b| b.get("status_code")).and_then(Value::as_i64).is_some_and(|c| c != 0)
+            || body.get("error_code").is_some_and(|c| !c.is_null() && c != 0)
+            || (body.get("error").is_some_and(Value::is_object) && body.get("choices").is_none());
     if !failed {
         return None;
     }
@@ -115,9 +88,7 @@ pub fn error_in_success(profile: &Profile, body: &Value) -> Option<UpstreamError
 
 fn profile_status(profile: &Profile, body: &Value) -> Option<u16> {
     let (_, code, _, _) = read_fields(body);
-    code.as_deref()
-        .and_then(|c| profile.errors.codes.get(c))
-        .copied()
+    code.as_deref().and_then(|c| profile.errors.codes.get(c)).copied()
 }
 
 /// `(message, code, param, type)` from any known error body shape.
@@ -133,33 +104,15 @@ fn read_fields(v: &Value) -> (String, Option<String>, Option<String>, Option<Str
         if let Some(msg) = e.as_str() {
             return (msg.to_string(), s(v.get("code")), None, None);
         }
-        return (
-            s(e.get("message")).unwrap_or_default(),
-            s(e.get("code")),
-            s(e.get("param")),
-            s(e.get("type")),
-        );
+        return (s(e.get("message")).unwrap_or_default(), s(e.get("code")), s(e.get("param")), s(e.get("type")));
     }
     if let Some(b) = v.get("base_resp") {
-        return (
-            s(b.get("status_msg")).unwrap_or_default(),
-            s(b.get("status_code")),
-            None,
-            None,
-        );
+        return (s(b.get("status_msg")).unwrap_or_default(), s(b.get("status_code")), None, None);
     }
     if v.get("error_code").is_some() {
-        return (
-            s(v.get("error_msg")).unwrap_or_default(),
-            s(v.get("error_code")),
-            None,
-            None,
-        );
+        return (s(v.get("error_msg")).unwrap_or_default(), s(v.get("error_code")), None, None);
     }
-    let msg = s(v.get("message"))
-        .or_else(|| s(v.get("msg")))
-        .or_else(|| s(v.get("detail")))
-        .unwrap_or_default();
+    let msg = s(v.get("message")).or_else(|| s(v.get("msg"))).or_else(|| s(v.get("detail"))).unwrap_or_default();
     (msg, s(v.get("code")), None, None)
 }
 
@@ -179,15 +132,8 @@ fn classify(status: u16, hint: Option<&str>) -> (StatusCode, String, Option<Stri
         s if s >= 500 => (s, "api_error", None),
         s => (s, "invalid_request_error", None),
     };
-    let kind = hint
-        .filter(|h| !h.is_empty() && st < 500)
-        .unwrap_or(kind)
-        .to_string();
-    (
-        StatusCode::from_u16(st).unwrap_or(StatusCode::BAD_GATEWAY),
-        kind,
-        code.map(str::to_string),
-    )
+    let kind = hint.filter(|h| !h.is_empty() && st < 500).unwrap_or(kind).to_string();
+    (StatusCode::from_u16(st).unwrap_or(StatusCode::BAD_GATEWAY), kind, code.map(str::to_string))
 }
 
 #[cfg(test)]
@@ -203,41 +149,20 @@ mod tests {
     fn vendor_shapes() {
         let mut glm = Profile::default();
         glm.errors.codes.insert("1113".into(), 402);
-        let (s, e) = map(
-            &glm,
-            429,
-            r#"{"error":{"code":"1113","message":"余额不足"}}"#,
-        );
-        assert_eq!(
-            (s, e.message.as_str(), e.code.as_deref()),
-            (429, "余额不足", Some("1113"))
-        );
+        let (s, e) = map(&glm, 429, r#"{"error":{"code":"1113","message":"余额不足"}}"#);
+        assert_eq!((s, e.message.as_str(), e.code.as_deref()), (429, "余额不足", Some("1113")));
         assert_eq!(e.kind, "insufficient_quota");
 
         let p = Profile::default();
-        let (s, e) = map(
-            &p,
-            401,
-            r#"{"code":30014,"data":null,"message":"Token is invalid."}"#,
-        );
-        assert_eq!(
-            (s, e.message.as_str(), e.code.as_deref()),
-            (401, "Token is invalid.", Some("30014"))
-        );
+        let (s, e) = map(&p, 401, r#"{"code":30014,"data":null,"message":"Token is invalid."}"#);
+        assert_eq!((s, e.message.as_str(), e.code.as_deref()), (401, "Token is invalid.", Some("30014")));
         assert!(e.extra.contains_key("upstream_body"));
 
-        let (s, e) = map(
-            &p,
-            451,
-            r#"{"error":{"message":"content failed review","type":"x"}}"#,
-        );
+        let (s, e) = map(&p, 451, r#"{"error":{"message":"content failed review","type":"x"}}"#);
         assert_eq!((s, e.code.as_deref()), (400, Some("content_filter")));
 
         let (s, e) = map(&p, 503, "upstream overloaded");
-        assert_eq!(
-            (s, e.message.as_str(), e.kind.as_str()),
-            (503, "upstream overloaded", "api_error")
-        );
+        assert_eq!((s, e.message.as_str(), e.kind.as_str()), (503, "upstream overloaded", "api_error"));
     }
 
     #[test]
@@ -246,16 +171,7 @@ mod tests {
         mm.errors.codes.insert("1008".into(), 402);
         let body = serde_json::json!({"base_resp": {"status_code": 1008, "status_msg": "insufficient balance"}});
         let e = error_in_success(&mm, &body).map(|e| e.to_openai());
-        assert_eq!(
-            e.map(|(s, e)| (s.as_u16(), e.message)),
-            Some((429, "insufficient balance".to_string()))
-        );
-        assert!(
-            error_in_success(
-                &mm,
-                &serde_json::json!({"choices": [], "base_resp": {"status_code": 0}})
-            )
-            .is_none()
-        );
+        assert_eq!(e.map(|(s, e)| (s.as_u16(), e.message)), Some((429, "insufficient balance".to_string())));
+        assert!(error_in_success(&mm, &serde_json::json!({"choices": [], "base_resp": {"status_code": 0}})).is_none());
     }
 }

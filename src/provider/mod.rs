@@ -23,33 +23,21 @@ static BUNDLED: &[(&str, &str)] = include!(concat!(env!("OUT_DIR"), "/bundled_pr
 pub fn load_profiles(user_dir: Option<&Path>) -> Result<BTreeMap<String, Profile>, ConfigError> {
     let mut out = BTreeMap::new();
     for (id, text) in BUNDLED {
-        let p = Profile::parse(id, text)
-            .map_err(|e| ConfigError::Invalid(format!("bundled profile {id}: {e}")))?;
+        let p = Profile::parse(id, text).map_err(|e| ConfigError::Invalid(format!("bundled profile {id}: {e}")))?;
         out.insert(id.to_string(), p);
     }
     let Some(dir) = user_dir.filter(|d| d.is_dir()) else {
         return Ok(out);
     };
-    let entries = std::fs::read_dir(dir).map_err(|source| ConfigError::Read {
-        path: dir.into(),
-        source,
-    })?;
+    let entries = std::fs::read_dir(dir).map_err(|source| ConfigError::Read { path: dir.into(), source })?;
     for e in entries.filter_map(Result::ok) {
         let path = e.path();
         if path.extension().is_none_or(|x| x != "toml") {
             continue;
         }
-        let id = path
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or_default()
-            .to_string();
-        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read {
-            path: path.clone(),
-            source,
-        })?;
-        let p = Profile::parse(&id, &text)
-            .map_err(|e| ConfigError::Invalid(format!("{}: {e}", path.display())))?;
+        let id = path.file_stem().and_then(|s| s.to_str()).unwrap_or_default().to_string();
+        let text = std::fs::read_to_string(&path).map_err(|source| ConfigError::Read { path: path.clone(), source })?;
+        let p = Profile::parse(&id, &text).map_err(|e| ConfigError::Invalid(format!("{}: {e}", path.display())))?;
         out.insert(id, p);
     }
     Ok(out)
@@ -118,10 +106,7 @@ pub struct Providers {
 impl Providers {
     /// Resolves the config: with no `[providers]`, every profile becomes a
     /// provider under its own id (keys from the environment).
-    pub fn resolve(
-        config: &Config,
-        profiles: &BTreeMap<String, Profile>,
-    ) -> Result<Self, ConfigError> {
+    pub fn resolve(config: &Config, profiles: &BTreeMap<String, Profile>) -> Result<Self, ConfigError> {
         let mut tables = config.providers.clone();
         if tables.is_empty() {
             for id in profiles.keys() {
@@ -142,13 +127,8 @@ impl Providers {
                     profiles.keys().cloned().collect::<Vec<_>>().join(", ")
                 ))
             })?;
-            let key_env = pc
-                .api_key_env
-                .clone()
-                .or_else(|| profile.api_key_env.clone());
-            let api_key = key_env
-                .and_then(|v| std::env::var(v).ok())
-                .filter(|k| !k.is_empty());
+            let key_env = pc.api_key_env.clone().or_else(|| profile.api_key_env.clone());
+            let api_key = key_env.and_then(|v| std::env::var(v).ok()).filter(|k| !k.is_empty());
             let mut formats = Vec::new();
             let all_formats = match &pc.formats {
                 Some(names) => Arc::new(named(names, name)?),
@@ -157,11 +137,8 @@ impl Providers {
                     let mut globs: Vec<_> = profile.tools.formats.iter().collect();
                     globs.sort_by_key(|(g, _)| std::cmp::Reverse(g.len()));
                     for (glob, names) in globs {
-                        let g = globset::Glob::new(&glob.to_ascii_lowercase()).map_err(|e| {
-                            ConfigError::Invalid(format!(
-                                "provider {name}: model glob {glob:?}: {e}"
-                            ))
-                        })?;
+                        let g = globset::Glob::new(&glob.to_ascii_lowercase())
+                            .map_err(|e| ConfigError::Invalid(format!("provider {name}: model glob {glob:?}: {e}")))?;
                         formats.push((g.compile_matcher(), Arc::new(named(names, name)?)));
                     }
                     Arc::new(FormatSet::all())
@@ -178,10 +155,7 @@ impl Providers {
                 api_key,
                 mode: pc.tool_calls.or(profile.tools.mode).unwrap_or_default(),
                 models: pc.models.clone().unwrap_or_else(|| profile.models.clone()),
-                upstream: pc
-                    .upstream
-                    .clone()
-                    .unwrap_or_else(|| config.upstream.clone()),
+                upstream: pc.upstream.clone().unwrap_or_else(|| config.upstream.clone()),
                 formats,
                 all_formats,
                 no_formats: Arc::new(FormatSet::none()),
@@ -196,16 +170,10 @@ impl Providers {
         }
         if let Some(d) = &config.default_provider {
             if !by_name.contains_key(d) {
-                return Err(ConfigError::Invalid(format!(
-                    "default_provider {d:?} is not a configured provider"
-                )));
+                return Err(ConfigError::Invalid(format!("default_provider {d:?} is not a configured provider")));
             }
         }
-        Ok(Providers {
-            by_name,
-            aliases: config.models.clone(),
-            default: config.default_provider.clone(),
-        })
+        Ok(Providers { by_name, aliases: config.models.clone(), default: config.default_provider.clone() })
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Provider>> {
@@ -226,24 +194,15 @@ impl Providers {
         let target = self.aliases.get(model).map_or(model, String::as_str);
         if let Some((prefix, rest)) = target.split_once('/') {
             if let Some(p) = self.by_name.get(prefix) {
-                return Some(Route {
-                    provider: p.clone(),
-                    model: rest.to_string(),
-                });
+                return Some(Route { provider: p.clone(), model: rest.to_string() });
             }
         }
         let p = self.default.as_ref().and_then(|d| self.by_name.get(d))?;
-        Some(Route {
-            provider: p.clone(),
-            model: target.to_string(),
-        })
+        Some(Route { provider: p.clone(), model: target.to_string() })
     }
 }
 
 fn named(names: &[String], provider: &str) -> Result<FormatSet, ConfigError> {
-    FormatSet::named(names).map_err(|n| {
-        ConfigError::Invalid(format!(
-            "provider {provider}: unknown tool-call format {n:?}"
-        ))
-    })
+    FormatSet::named(names)
+        .map_err(|n| ConfigError::Invalid(format!("provider {provider}: unknown tool-call format {n:?}")))
 }

@@ -200,39 +200,16 @@ impl Profile {
             (r.merge_system, "merges system messages"),
             (r.flatten_text_parts, "flattens text content parts"),
             (r.strip_message_name, "strips message names"),
-            (
-                r.json_schema_to_prompt,
-                "json_schema downgraded to json_object + prompt",
-            ),
+            (r.json_schema_to_prompt, "json_schema downgraded to json_object + prompt"),
             (self.tools.strip_strict, "strips strict from tools"),
-            (
-                self.tools.tool_choice_auto_only,
-                "tool_choice degraded to auto",
-            ),
-            (
-                self.tools.drop_parallel_tool_calls,
-                "drops parallel_tool_calls",
-            ),
-            (
-                self.thinking.stream_only,
-                "thinking calls streamed upstream",
-            ),
-            (
-                self.response.starts_in_reasoning,
-                "output starts in <think>",
-            ),
+            (self.tools.tool_choice_auto_only, "tool_choice degraded to auto"),
+            (self.tools.drop_parallel_tool_calls, "drops parallel_tool_calls"),
+            (self.thinking.stream_only, "thinking calls streamed upstream"),
+            (self.response.starts_in_reasoning, "output starts in <think>"),
         ];
-        v.extend(
-            flags
-                .iter()
-                .filter(|(on, _)| *on)
-                .map(|(_, s)| s.to_string()),
-        );
+        v.extend(flags.iter().filter(|(on, _)| *on).map(|(_, s)| s.to_string()));
         if self.thinking.style != ThinkingStyle::Effort {
-            v.push(format!(
-                "reasoning_effort sent as {:?}",
-                self.thinking.style
-            ));
+            v.push(format!("reasoning_effort sent as {:?}", self.thinking.style));
         }
         for (k, f) in &self.tools.formats {
             v.push(format!("{k}: tool calls in text as {}", f.join("/")));

@@ -41,8 +41,7 @@ pub fn normalize(req: &mut ChatRequest, profile: &Profile, model: &str) -> Plan 
     tools(req, profile);
     let client_streams = req.is_stream();
     let thinking_on = thinking(req, profile);
-    let stream_upstream =
-        !client_streams && profile.thinking.stream_only && thinking_on != Some(false);
+    let stream_upstream = !client_streams && profile.thinking.stream_only && thinking_on != Some(false);
     if stream_upstream {
         req.stream = Some(true);
     }
@@ -85,10 +84,7 @@ fn flatten_text_parts(m: &mut Message) {
     };
     let mut text = String::new();
     for p in parts {
-        match (
-            p.get("type").and_then(Value::as_str),
-            p.get("text").and_then(Value::as_str),
-        ) {
+        match (p.get("type").and_then(Value::as_str), p.get("text").and_then(Value::as_str)) {
             (Some("text"), Some(t)) => text.push_str(t),
             _ => return,
         }
@@ -99,11 +95,9 @@ fn flatten_text_parts(m: &mut Message) {
 fn text_of(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("\n"),
+        Value::Array(parts) => {
+            parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
+        }
         _ => String::new(),
     }
 }
@@ -113,20 +107,10 @@ fn merge_system(messages: &mut Vec<Message>) {
     if messages.iter().filter(|m| m.role == "system").count() < 2 {
         return;
     }
-    let texts: Vec<String> = messages
-        .iter()
-        .filter(|m| m.role == "system")
-        .map(|m| text_of(&m.content))
-        .collect();
+    let texts: Vec<String> = messages.iter().filter(|m| m.role == "system").map(|m| text_of(&m.content)).collect();
     messages.retain(|m| m.role != "system");
-    messages.insert(
-        0,
-        Message {
-            role: "system".into(),
-            content: Value::String(texts.join("\n\n")),
-            extra: Map::new(),
-        },
-    );
+    messages
+        .insert(0, Message { role: "system".into(), content: Value::String(texts.join("\n\n")), extra: Map::new() });
 }
 
 /// Adds `text` to the system message (creating one first if needed).
@@ -137,14 +121,7 @@ pub fn append_system(messages: &mut Vec<Message>, text: &str) {
         t.push_str(text);
         m.content = Value::String(t);
     } else {
-        messages.insert(
-            0,
-            Message {
-                role: "system".into(),
-                content: Value::String(text.into()),
-                extra: Map::new(),
-            },
-        );
+        messages.insert(0, Message { role: "system".into(), content: Value::String(text.into()), extra: Map::new() });
     }
 }
 
@@ -157,16 +134,9 @@ fn json_schema_to_prompt(req: &mut ChatRequest) {
     if rf.get("type").and_then(Value::as_str) != Some("json_schema") {
         return;
     }
-    let schema = rf
-        .get("json_schema")
-        .and_then(|s| s.get("schema"))
-        .cloned()
-        .unwrap_or(Value::Null);
-    req.extra
-        .insert("response_format".into(), json!({"type": "json_object"}));
-    let text = format!(
-        "Respond with a single JSON object that validates against this JSON schema:\n{schema}"
-    );
+    let schema = rf.get("json_schema").and_then(|s| s.get("schema")).cloned().unwrap_or(Value::Null);
+    req.extra.insert("response_format".into(), json!({"type": "json_object"}));
+    let text = format!("Respond with a single JSON object that validates against this JSON schema:\n{schema}");
     append_system(&mut req.messages, &text);
 }
 
@@ -191,22 +161,12 @@ fn tools(req: &mut ChatRequest, profile: &Profile) {
             }
             Some(Value::String(s)) if s == "required" => {
                 req.extra.insert("tool_choice".into(), json!("auto"));
-                append_system(
-                    &mut req.messages,
-                    "You must call one of the provided tools in this reply.",
-                );
+                append_system(&mut req.messages, "You must call one of the provided tools in this reply.");
             }
             Some(Value::Object(o)) => {
-                let name = o
-                    .get("function")
-                    .and_then(|f| f.get("name"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("");
+                let name = o.get("function").and_then(|f| f.get("name")).and_then(Value::as_str).unwrap_or("");
                 req.extra.insert("tool_choice".into(), json!("auto"));
-                append_system(
-                    &mut req.messages,
-                    &format!("You must call the tool `{name}` in this reply."),
-                );
+                append_system(&mut req.messages, &format!("You must call the tool `{name}` in this reply."));
             }
             _ => {}
         }
@@ -218,12 +178,7 @@ fn tools(req: &mut ChatRequest, profile: &Profile) {
 fn thinking(req: &mut ChatRequest, profile: &Profile) -> Option<bool> {
     let th = &profile.thinking;
     let explicit = explicit_switch(&req.extra);
-    let Some(effort) = req
-        .extra
-        .get("reasoning_effort")
-        .and_then(Value::as_str)
-        .map(str::to_string)
-    else {
+    let Some(effort) = req.extra.get("reasoning_effort").and_then(Value::as_str).map(str::to_string) else {
         return explicit;
     };
     let on = !matches!(effort.as_str(), "none" | "off" | "disabled");
@@ -231,16 +186,13 @@ fn thinking(req: &mut ChatRequest, profile: &Profile) -> Option<bool> {
     match th.style {
         ThinkingStyle::Effort => return Some(on),
         ThinkingStyle::ThinkingType => {
-            body.entry("thinking")
-                .or_insert_with(|| json!({"type": if on { "enabled" } else { "disabled" }}));
+            body.entry("thinking").or_insert_with(|| json!({"type": if on { "enabled" } else { "disabled" }}));
         }
         ThinkingStyle::EnableThinking => {
             body.entry("enable_thinking").or_insert(json!(on));
         }
         ThinkingStyle::ChatTemplateKwargs => {
-            let kw = body
-                .entry("chat_template_kwargs")
-                .or_insert_with(|| json!({}));
+            let kw = body.entry("chat_template_kwargs").or_insert_with(|| json!({}));
             if let Some(kw) = kw.as_object_mut() {
                 kw.entry("enable_thinking").or_insert(json!(on));
             }
@@ -260,16 +212,10 @@ fn explicit_switch(body: &Map<String, Value>) -> Option<bool> {
     if let Some(b) = body.get("enable_thinking").and_then(Value::as_bool) {
         return Some(b);
     }
-    if let Some(t) = body
-        .get("thinking")
-        .and_then(|t| t.get("type"))
-        .and_then(Value::as_str)
-    {
+    if let Some(t) = body.get("thinking").and_then(|t| t.get("type")).and_then(Value::as_str) {
         return Some(t != "disabled");
     }
-    body.get("chat_template_kwargs")
-        .and_then(|k| k.get("enable_thinking"))
-        .and_then(Value::as_bool)
+    body.get("chat_template_kwargs").and_then(|k| k.get("enable_thinking")).and_then(Value::as_bool)
 }
 
 #[cfg(test)]
@@ -287,9 +233,7 @@ mod tests {
         p.request.merge_system = true;
         p.request.flatten_text_parts = true;
         p.request.drop = vec!["frequency_penalty".into()];
-        p.request
-            .rename
-            .insert("max_completion_tokens".into(), "max_tokens".into());
+        p.request.rename.insert("max_completion_tokens".into(), "max_tokens".into());
         p.request.clamp.insert("temperature".into(), [0.01, 1.0]);
         let mut r = req(json!({
             "model": "x", "frequency_penalty": 1, "max_completion_tokens": 9, "temperature": 1.7,
@@ -302,10 +246,7 @@ mod tests {
         normalize(&mut r, &p, "up");
         let v = serde_json::to_value(&r).unwrap_or_default();
         assert_eq!(v["model"], "up");
-        assert_eq!(
-            v["messages"][0],
-            json!({"role": "system", "content": "a\n\nb"})
-        );
+        assert_eq!(v["messages"][0], json!({"role": "system", "content": "a\n\nb"}));
         assert_eq!(v["messages"][1]["content"], "hi");
         assert_eq!(v["max_tokens"], 9);
         assert_eq!(v["temperature"], 1.0);

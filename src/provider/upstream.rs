@@ -40,12 +40,7 @@ impl Upstream {
         Ok(Upstream { client })
     }
 
-    fn request(
-        &self,
-        p: &Provider,
-        method: reqwest::Method,
-        path: &str,
-    ) -> reqwest::RequestBuilder {
+    fn request(&self, p: &Provider, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let url = format!("{}/{}", p.base_url, path.trim_start_matches('/'));
         let mut rb = self.client.request(method, url);
         if let Some(key) = p.api_key() {
@@ -58,12 +53,7 @@ impl Upstream {
     }
 
     /// POSTs a JSON body and classifies the answer.
-    pub async fn post(
-        &self,
-        p: &Provider,
-        path: &str,
-        body: &impl serde::Serialize,
-    ) -> Result<Reply, UpstreamError> {
+    pub async fn post(&self, p: &Provider, path: &str, body: &impl serde::Serialize) -> Result<Reply, UpstreamError> {
         let rb = self.request(p, reqwest::Method::POST, path).json(body);
         let resp = self.send(p, rb).await?;
         let status = resp.status().as_u16();
@@ -73,20 +63,14 @@ impl Upstream {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if status >= 400 {
-            let bytes = resp
-                .bytes()
-                .await
-                .map_err(|e| UpstreamError::Connect(e.to_string()))?;
+            let bytes = resp.bytes().await.map_err(|e| UpstreamError::Connect(e.to_string()))?;
             return Err(map_error(&p.profile, status, &bytes));
         }
         if is_sse {
             let idle = Duration::from_secs_f64(p.upstream.idle_timeout_secs);
             return Ok(Reply::Events(sse_events(resp.bytes_stream(), idle)));
         }
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| UpstreamError::Connect(e.to_string()))?;
+        let bytes = resp.bytes().await.map_err(|e| UpstreamError::Connect(e.to_string()))?;
         let v: Value = serde_json::from_slice(&bytes).map_err(|e| {
             UpstreamError::Protocol(format!(
                 "not JSON ({e}): {}",
@@ -101,14 +85,9 @@ impl Upstream {
 
     /// GETs a path and returns the JSON body.
     pub async fn get_json(&self, p: &Provider, path: &str) -> Result<Value, UpstreamError> {
-        let resp = self
-            .send(p, self.request(p, reqwest::Method::GET, path))
-            .await?;
+        let resp = self.send(p, self.request(p, reqwest::Method::GET, path)).await?;
         let status = resp.status().as_u16();
-        let bytes = resp
-            .bytes()
-            .await
-            .map_err(|e| UpstreamError::Connect(e.to_string()))?;
+        let bytes = resp.bytes().await.map_err(|e| UpstreamError::Connect(e.to_string()))?;
         if status >= 400 {
             return Err(map_error(&p.profile, status, &bytes));
         }
@@ -116,23 +95,12 @@ impl Upstream {
     }
 
     /// Sends with the first-byte timeout (until the response headers).
-    async fn send(
-        &self,
-        p: &Provider,
-        rb: reqwest::RequestBuilder,
-    ) -> Result<reqwest::Response, UpstreamError> {
+    async fn send(&self, p: &Provider, rb: reqwest::RequestBuilder) -> Result<reqwest::Response, UpstreamError> {
         let limit = Duration::from_secs_f64(p.upstream.first_byte_timeout_secs);
         match tokio::time::timeout(limit, rb.send()).await {
-            Err(_) => Err(UpstreamError::Timeout(format!(
-                "{} sent no response within {limit:?}",
-                p.name
-            ))),
+            Err(_) => Err(UpstreamError::Timeout(format!("{} sent no response within {limit:?}", p.name))),
             Ok(Err(e)) if e.is_timeout() => Err(UpstreamError::Timeout(format!("{}: {e}", p.name))),
-            Ok(Err(e)) => Err(UpstreamError::Connect(format!(
-                "{}: {}",
-                p.name,
-                error_chain(&e)
-            ))),
+            Ok(Err(e)) => Err(UpstreamError::Connect(format!("{}: {}", p.name, error_chain(&e)))),
             Ok(Ok(r)) => Ok(r),
         }
     }
@@ -178,10 +146,7 @@ where
 }
 
 fn looks_like_sse(body: &[u8]) -> bool {
-    let start = body
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(body.len());
+    let start = body.iter().position(|b| !b.is_ascii_whitespace()).unwrap_or(body.len());
     let b = &body[start..];
     b.starts_with(b"data:") || b.starts_with(b": ") || b.starts_with(b"event:")
 }

@@ -41,12 +41,7 @@ pub async fn completions(State(s): State<Shared>, body: Bytes) -> Result<Respons
     let client_stream = req.is_stream();
     let settings = Settings {
         formats: provider.formats_for(&route.model, req.declares_tools()),
-        tools: Arc::new(
-            req.tools
-                .as_deref()
-                .map(ToolIndex::from_openai)
-                .unwrap_or_default(),
-        ),
+        tools: Arc::new(req.tools.as_deref().map(ToolIndex::from_openai).unwrap_or_default()),
         starts_in_reasoning: provider.profile.response.starts_in_reasoning,
         want_usage: client_stream && req.wants_usage(),
         finish_map: provider.profile.response.finish_reason.clone(),
@@ -104,54 +99,29 @@ fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     match v.get("model") {
         Some(Value::String(m)) if !m.is_empty() => {}
         Some(_) => {
-            return Err(ApiError::invalid_param(
-                "model",
-                "`model` must be a non-empty string.",
-            ));
+            return Err(ApiError::invalid_param("model", "`model` must be a non-empty string."));
         }
         None => {
-            return Err(ApiError::invalid_param(
-                "model",
-                "Missing required parameter: 'model'.",
-            ));
+            return Err(ApiError::invalid_param("model", "Missing required parameter: 'model'."));
         }
     }
     match v.get("messages") {
         Some(Value::Array(m)) if !m.is_empty() => {}
         Some(Value::Array(_)) => {
-            return Err(ApiError::invalid_param(
-                "messages",
-                "`messages` must not be empty.",
-            ));
+            return Err(ApiError::invalid_param("messages", "`messages` must not be empty."));
         }
         Some(_) => {
-            return Err(ApiError::invalid_param(
-                "messages",
-                "`messages` must be an array.",
-            ));
+            return Err(ApiError::invalid_param("messages", "`messages` must be an array."));
         }
         None => {
-            return Err(ApiError::invalid_param(
-                "messages",
-                "Missing required parameter: 'messages'.",
-            ));
+            return Err(ApiError::invalid_param("messages", "Missing required parameter: 'messages'."));
         }
     }
-    if v.get("stream")
-        .is_some_and(|s| !s.is_boolean() && !s.is_null())
-    {
-        return Err(ApiError::invalid_param(
-            "stream",
-            "`stream` must be a boolean.",
-        ));
+    if v.get("stream").is_some_and(|s| !s.is_boolean() && !s.is_null()) {
+        return Err(ApiError::invalid_param("stream", "`stream` must be a boolean."));
     }
-    if v.get("tools")
-        .is_some_and(|t| !t.is_array() && !t.is_null())
-    {
-        return Err(ApiError::invalid_param(
-            "tools",
-            "`tools` must be an array.",
-        ));
+    if v.get("tools").is_some_and(|t| !t.is_array() && !t.is_null()) {
+        return Err(ApiError::invalid_param("tools", "`tools` must be an array."));
     }
     serde_json::from_value(v).map_err(|e| ApiError::invalid(format!("Invalid request: {e}")))
 }
@@ -159,22 +129,13 @@ fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
 /// An upstream `data` payload as a chunk; an `{"error": …}` payload is the
 /// upstream failing mid-stream.
 fn parse_chunk(data: &str) -> Result<Chunk, UpstreamError> {
-    let v: Value = serde_json::from_str(data)
-        .map_err(|e| UpstreamError::Protocol(format!("bad stream event ({e}): {data}")))?;
+    let v: Value =
+        serde_json::from_str(data).map_err(|e| UpstreamError::Protocol(format!("bad stream event ({e}): {data}")))?;
     if v.get("error").is_some_and(|e| !e.is_null()) {
-        let status = v["error"]
-            .get("code")
-            .and_then(Value::as_u64)
-            .filter(|c| (400..600).contains(c))
-            .unwrap_or(502);
-        return Err(crate::provider::map_error(
-            &Default::default(),
-            status as u16,
-            data.as_bytes(),
-        ));
+        let status = v["error"].get("code").and_then(Value::as_u64).filter(|c| (400..600).contains(c)).unwrap_or(502);
+        return Err(crate::provider::map_error(&Default::default(), status as u16, data.as_bytes()));
     }
-    serde_json::from_value(v)
-        .map_err(|e| UpstreamError::Protocol(format!("bad stream chunk ({e}): {data}")))
+    serde_json::from_value(v).map_err(|e| UpstreamError::Protocol(format!("bad stream chunk ({e}): {data}")))
 }
 
 /// Normalized chunks of an upstream stream. The upstream is read only as
@@ -245,9 +206,7 @@ fn sse(chunks: futures_util::stream::BoxStream<'static, Result<Chunk, UpstreamEr
         }
         yield Ok(Event::default().data("[DONE]"));
     };
-    Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
-        .into_response()
+    Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
 }
 
 fn error_event(e: &ErrorObject) -> Event {

@@ -30,20 +30,11 @@ pub type Shared = Arc<AppState>;
 
 impl AppState {
     /// Resolves a config against the known profiles.
-    pub fn new(
-        config: &Config,
-        profiles: &std::collections::BTreeMap<String, Profile>,
-    ) -> Result<Shared, ConfigError> {
+    pub fn new(config: &Config, profiles: &std::collections::BTreeMap<String, Profile>) -> Result<Shared, ConfigError> {
         let providers = Providers::resolve(config, profiles)?;
-        let upstream = Upstream::new(Duration::from_secs_f64(
-            config.upstream.connect_timeout_secs,
-        ))
-        .map_err(ConfigError::Invalid)?;
-        Ok(Arc::new(AppState {
-            providers,
-            upstream,
-            ready: AtomicBool::new(true),
-        }))
+        let upstream = Upstream::new(Duration::from_secs_f64(config.upstream.connect_timeout_secs))
+            .map_err(ConfigError::Invalid)?;
+        Ok(Arc::new(AppState { providers, upstream, ready: AtomicBool::new(true) }))
     }
 
     /// Marks the server as not ready (during shutdown).
@@ -73,10 +64,7 @@ async fn readyz(State(s): State<Shared>) -> impl IntoResponse {
 }
 
 async fn not_found(uri: axum::http::Uri) -> impl IntoResponse {
-    let e = crate::error::ErrorObject::new(
-        "invalid_request_error",
-        format!("Unknown request URL: {uri}"),
-    )
-    .with_code("unknown_url");
+    let e = crate::error::ErrorObject::new("invalid_request_error", format!("Unknown request URL: {uri}"))
+        .with_code("unknown_url");
     (StatusCode::NOT_FOUND, axum::Json(e.to_body()))
 }

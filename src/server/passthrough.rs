@@ -12,18 +12,14 @@ use crate::provider::UpstreamError;
 use crate::provider::upstream::Reply;
 
 pub async fn embeddings(State(s): State<Shared>, body: Bytes) -> Result<Json<Value>, ApiError> {
-    let mut v: Value = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))?;
-    let model = v
-        .get("model")
-        .and_then(Value::as_str)
-        .ok_or_else(|| ApiError::invalid_param("model", "missing model"))?;
+    let mut v: Value =
+        serde_json::from_slice(&body).map_err(|e| ApiError::invalid(format!("invalid JSON body: {e}")))?;
+    let model =
+        v.get("model").and_then(Value::as_str).ok_or_else(|| ApiError::invalid_param("model", "missing model"))?;
     let route = route_for(&s, model)?;
     v["model"] = Value::String(route.model.clone());
     match s.upstream.post(&route.provider, "embeddings", &v).await? {
         Reply::Json(v) => Ok(Json(v)),
-        Reply::Events(_) => {
-            Err(UpstreamError::Protocol("embeddings answered with a stream".into()).into())
-        }
+        Reply::Events(_) => Err(UpstreamError::Protocol("embeddings answered with a stream".into()).into()),
     }
 }

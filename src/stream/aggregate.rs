@@ -73,21 +73,12 @@ impl Assembler {
             let pos = match self.choices.iter().position(|c| c.index == ch.index) {
                 Some(p) => p,
                 None => {
-                    self.choices.push(Choice {
-                        index: ch.index,
-                        ..Default::default()
-                    });
+                    self.choices.push(Choice { index: ch.index, ..Default::default() });
                     self.choices.len() - 1
                 }
             };
             let c = &mut self.choices[pos];
-            let Delta {
-                content,
-                reasoning_content,
-                tool_calls,
-                extra,
-                ..
-            } = ch.delta;
+            let Delta { content, reasoning_content, tool_calls, extra, .. } = ch.delta;
             if let Some(t) = content {
                 c.content.get_or_insert_with(String::new).push_str(&t);
             }
@@ -141,10 +132,7 @@ impl Assembler {
             .map(|c| {
                 let mut msg = Map::new();
                 msg.insert("role".into(), json!("assistant"));
-                msg.insert(
-                    "content".into(),
-                    c.content.map_or(Value::Null, Value::String),
-                );
+                msg.insert("content".into(), c.content.map_or(Value::Null, Value::String));
                 if let Some(r) = c.reasoning {
                     msg.insert("reasoning_content".into(), Value::String(r));
                 }
@@ -172,10 +160,7 @@ impl Assembler {
                 let mut choice = Map::new();
                 choice.insert("index".into(), json!(c.index));
                 choice.insert("message".into(), Value::Object(msg));
-                choice.insert(
-                    "finish_reason".into(),
-                    json!(c.finish.unwrap_or_else(|| "stop".into())),
-                );
+                choice.insert("finish_reason".into(), json!(c.finish.unwrap_or_else(|| "stop".into())));
                 choice.extend(c.choice_extra);
                 Value::Object(choice)
             })

@@ -78,9 +78,7 @@ impl Normalizer {
         if let Some(i) = self.choices.iter().position(|c| c.index == index) {
             return i;
         }
-        let opts = Options {
-            starts_in_reasoning: self.s.starts_in_reasoning,
-        };
+        let opts = Options { starts_in_reasoning: self.s.starts_in_reasoning };
         self.choices.push(ChoiceState {
             index,
             extractor: Extractor::with_options(self.s.formats.clone(), self.s.tools.clone(), opts),
@@ -108,16 +106,9 @@ impl Normalizer {
     /// Normalizes one upstream chunk.
     pub fn push(&mut self, mut chunk: Chunk, out: &mut Vec<Chunk>) {
         if self.meta.id.is_empty() {
-            self.meta.id = if chunk.id.is_empty() {
-                format!("chatcmpl-{:016x}", fastrand::u64(..))
-            } else {
-                chunk.id.clone()
-            };
-            self.meta.created = if chunk.created == 0 {
-                crate::openai::now()
-            } else {
-                chunk.created
-            };
+            self.meta.id =
+                if chunk.id.is_empty() { format!("chatcmpl-{:016x}", fastrand::u64(..)) } else { chunk.id.clone() };
+            self.meta.created = if chunk.created == 0 { crate::openai::now() } else { chunk.created };
             self.meta.model = chunk.model.clone();
         }
         if let Some(u) = chunk.usage.take().filter(|u| !u.is_null()) {
@@ -129,33 +120,14 @@ impl Normalizer {
         }
     }
 
-    fn push_choice(
-        &mut self,
-        choice: ChunkChoice,
-        extra: &Map<String, Value>,
-        out: &mut Vec<Chunk>,
-    ) {
+    fn push_choice(&mut self, choice: ChunkChoice, extra: &Map<String, Value>, out: &mut Vec<Chunk>) {
         let ci = self.state(choice.index);
         if self.choices[ci].done {
             return;
         }
-        let ChunkChoice {
-            index,
-            delta,
-            finish_reason,
-            extra: choice_extra,
-        } = choice;
-        let Delta {
-            content,
-            reasoning_content,
-            tool_calls,
-            extra: mut delta_extra,
-            ..
-        } = delta;
-        let mut d = Delta {
-            extra: Map::new(),
-            ..Delta::default()
-        };
+        let ChunkChoice { index, delta, finish_reason, extra: choice_extra } = choice;
+        let Delta { content, reasoning_content, tool_calls, extra: mut delta_extra, .. } = delta;
+        let mut d = Delta { extra: Map::new(), ..Delta::default() };
         // vLLM / StepFun name the field `reasoning`.
         let reasoning = reasoning_content.or_else(|| match delta_extra.remove("reasoning") {
             Some(Value::String(s)) => Some(s),
@@ -172,8 +144,7 @@ impl Normalizer {
             self.apply_events(ci, &mut d, &mut pending);
         }
         if let Some(tcs) = tool_calls {
-            let fixed: Vec<ToolCallDelta> =
-                tcs.into_iter().map(|tc| self.native_call(ci, tc)).collect();
+            let fixed: Vec<ToolCallDelta> = tcs.into_iter().map(|tc| self.native_call(ci, tc)).collect();
             if !fixed.is_empty() {
                 d.tool_calls.get_or_insert_with(Vec::new).extend(fixed);
             }
@@ -192,23 +163,10 @@ impl Normalizer {
                 self.choices[ci].role_sent = true;
             }
             let mut c = self.blank(extra);
-            let ce = if last {
-                choice_extra.clone()
-            } else {
-                Map::new()
-            };
+            let ce = if last { choice_extra.clone() } else { Map::new() };
             let finishing = fr.is_some();
-            c.choices.push(ChunkChoice {
-                index,
-                delta: d,
-                finish_reason: fr,
-                extra: ce,
-            });
-            if finishing {
-                self.held.push(c)
-            } else {
-                out.push(c)
-            }
+            c.choices.push(ChunkChoice { index, delta: d, finish_reason: fr, extra: ce });
+            if finishing { self.held.push(c) } else { out.push(c) }
         }
         if fin.is_some() {
             self.choices[ci].done = true;
@@ -228,12 +186,7 @@ impl Normalizer {
                     let index = st.next_call;
                     st.next_call += 1;
                     let id = call.id.clone().unwrap_or_else(new_call_id);
-                    pending.push(tool_delta(
-                        index,
-                        Some(id),
-                        Some(call.name.clone()),
-                        Some(String::new()),
-                    ));
+                    pending.push(tool_delta(index, Some(id), Some(call.name.clone()), Some(String::new())));
                     pending.push(tool_delta(index, None, None, Some(call.arguments.clone())));
                     self.recovered.push(call);
                 }
@@ -246,10 +199,7 @@ impl Normalizer {
         let st = &mut self.choices[ci];
         let id = tc.id.filter(|i| !i.is_empty());
         let found = match (&id, tc.index) {
-            (Some(id), _) => st
-                .native
-                .iter()
-                .position(|c| c.upstream_id.as_deref() == Some(id.as_str())),
+            (Some(id), _) => st.native.iter().position(|c| c.upstream_id.as_deref() == Some(id.as_str())),
             (None, Some(ix)) => st.native.iter().rposition(|c| c.upstream_index == Some(ix)),
             (None, None) => st.native.len().checked_sub(1),
         };
@@ -258,12 +208,7 @@ impl Normalizer {
             None => {
                 let index = st.next_call;
                 st.next_call += 1;
-                st.native.push(NativeCall {
-                    upstream_index: tc.index,
-                    upstream_id: id.clone(),
-                    index,
-                    args_len: 0,
-                });
+                st.native.push(NativeCall { upstream_index: tc.index, upstream_id: id.clone(), index, args_len: 0 });
                 (st.native.len() - 1, true)
             }
         };
@@ -279,11 +224,7 @@ impl Normalizer {
             index: Some(call.index),
             id: None,
             kind: None,
-            function: Some(FunctionDelta {
-                name: None,
-                arguments: args.map(Value::String),
-                extra: f.extra,
-            }),
+            function: Some(FunctionDelta { name: None, arguments: args.map(Value::String), extra: f.extra }),
             extra: tc.extra,
         };
         if first {
@@ -312,12 +253,7 @@ impl Normalizer {
             pending.push(tool_delta(c.index, None, None, Some("{}".into())));
         }
         let emitted = st.next_call > 0;
-        let mapped = self
-            .s
-            .finish_map
-            .get(reason)
-            .map(String::as_str)
-            .unwrap_or_else(|| common_finish(reason));
+        let mapped = self.s.finish_map.get(reason).map(String::as_str).unwrap_or_else(|| common_finish(reason));
         match mapped {
             "stop" | "" if emitted => "tool_calls".into(),
             "tool_calls" if !emitted => "stop".into(),
@@ -330,21 +266,12 @@ impl Normalizer {
     /// `choices: []` chunk when the client asked for `include_usage`, else on
     /// the last finish chunk (a stock client never sees an empty `choices`).
     pub fn finish(&mut self, out: &mut Vec<Chunk>) {
-        let mut open: Vec<u32> = self
-            .choices
-            .iter()
-            .filter(|c| !c.done)
-            .map(|c| c.index)
-            .collect();
+        let mut open: Vec<u32> = self.choices.iter().filter(|c| !c.done).map(|c| c.index).collect();
         if self.choices.is_empty() {
             open.push(0);
         }
         for index in open {
-            let fin = ChunkChoice {
-                index,
-                finish_reason: Some("stop".into()),
-                ..Default::default()
-            };
+            let fin = ChunkChoice { index, finish_reason: Some("stop".into()), ..Default::default() };
             self.push_choice(fin, &Map::new(), out);
         }
         let mut held = std::mem::take(&mut self.held);
@@ -373,11 +300,7 @@ fn tool_delta(index: u32, id: Option<String>, name: Option<String>, args: Option
             index: Some(index),
             id,
             kind: first.then(|| "function".to_string()),
-            function: Some(FunctionDelta {
-                name,
-                arguments: args.map(Value::String),
-                extra: Map::new(),
-            }),
+            function: Some(FunctionDelta { name, arguments: args.map(Value::String), extra: Map::new() }),
             extra: Map::new(),
         }]),
         ..Delta::default()

@@ -24,12 +24,7 @@ pub(super) fn finish(p: Parsed, format: &'static str, tools: &ToolIndex) -> Opti
     for raw in p.calls {
         calls.push(finish_call(raw, format, tools)?);
     }
-    Some(Finished {
-        consumed: p.consumed,
-        calls,
-        content: p.content,
-        reasoning: p.reasoning,
-    })
+    Some(Finished { consumed: p.consumed, calls, content: p.content, reasoning: p.reasoning })
 }
 
 fn finish_call(raw: RawCall, format: &'static str, tools: &ToolIndex) -> Option<Call> {
@@ -41,12 +36,7 @@ fn finish_call(raw: RawCall, format: &'static str, tools: &ToolIndex) -> Option<
         Args::Value(_) => return None,
         Args::Text(text) => text_arguments(&text, tools.schema(&name))?,
     };
-    Some(Call {
-        id: raw.id,
-        name,
-        arguments,
-        format,
-    })
+    Some(Call { id: raw.id, name, arguments, format })
 }
 
 /// Normalizes JSON argument text to a JSON object string.
@@ -74,9 +64,7 @@ pub fn json_arguments(text: &str) -> Option<String> {
 pub fn repair(text: &str) -> Option<String> {
     let v = llm_json::loads(text, &llm_json::RepairOptions::default()).ok()?;
     match v {
-        Value::Object(m) if !m.is_empty() || text.contains('{') => {
-            Some(Value::Object(m).to_string())
-        }
+        Value::Object(m) if !m.is_empty() || text.contains('{') => Some(Value::Object(m).to_string()),
         _ => None,
     }
 }
@@ -90,9 +78,7 @@ fn text_arguments(text: &str, schema: Option<&Value>) -> Option<String> {
             return Some(a);
         }
     }
-    let key = schema
-        .and_then(typing::single_string_param)
-        .unwrap_or_else(|| "input".to_string());
+    let key = schema.and_then(typing::single_string_param).unwrap_or_else(|| "input".to_string());
     let mut m = Map::new();
     m.insert(key, Value::String(t.to_string()));
     Some(Value::Object(m).to_string())
@@ -104,23 +90,16 @@ mod tests {
 
     #[test]
     fn valid_json_passes_through_byte_for_byte() {
-        assert_eq!(
-            json_arguments(r#" {"a": 1,  "b":"é"} "#).as_deref(),
-            Some(r#"{"a": 1,  "b":"é"}"#)
-        );
+        assert_eq!(json_arguments(r#" {"a": 1,  "b":"é"} "#).as_deref(), Some(r#"{"a": 1,  "b":"é"}"#));
         assert_eq!(json_arguments("").as_deref(), Some("{}"));
-        assert_eq!(
-            json_arguments(r#""{\"a\":1}""#).as_deref(),
-            Some(r#"{"a":1}"#)
-        );
+        assert_eq!(json_arguments(r#""{\"a\":1}""#).as_deref(), Some(r#"{"a":1}"#));
         assert_eq!(json_arguments("[1]"), None);
     }
 
     #[test]
     fn repairs_common_damage() {
         let v: Value =
-            serde_json::from_str(&json_arguments("{'a': True, 'b': [1,2,],}").unwrap_or_default())
-                .unwrap_or_default();
+            serde_json::from_str(&json_arguments("{'a': True, 'b': [1,2,],}").unwrap_or_default()).unwrap_or_default();
         assert_eq!(v, serde_json::json!({"a": true, "b": [1, 2]}));
     }
 }

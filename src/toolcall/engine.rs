@@ -46,9 +46,7 @@ pub struct FormatSet {
 
 impl std::fmt::Debug for FormatSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list()
-            .entries(self.formats.iter().map(|p| p.name()))
-            .finish()
+        f.debug_list().entries(self.formats.iter().map(|p| p.name())).finish()
     }
 }
 
@@ -77,10 +75,8 @@ impl FormatSet {
     }
 
     fn build(formats: Vec<&'static dyn Format>) -> Self {
-        let mut patterns: Vec<(&'static str, Pattern)> = REASONING
-            .iter()
-            .map(|(open, close)| (*open, Pattern::Reasoning { close }))
-            .collect();
+        let mut patterns: Vec<(&'static str, Pattern)> =
+            REASONING.iter().map(|(open, close)| (*open, Pattern::Reasoning { close })).collect();
         let mut start_byte = [false; 256];
         for (i, f) in formats.iter().enumerate() {
             for m in f.markers() {
@@ -101,18 +97,9 @@ impl FormatSet {
             }
         }
         let max_len = patterns.iter().map(|(p, _)| p.len()).max().unwrap_or(1);
-        let ac = AhoCorasick::builder()
-            .match_kind(MatchKind::LeftmostLongest)
-            .build(patterns.iter().map(|(p, _)| p))
-            .ok();
-        FormatSet {
-            formats,
-            patterns,
-            ac,
-            max_len,
-            first_byte,
-            start_byte,
-        }
+        let ac =
+            AhoCorasick::builder().match_kind(MatchKind::LeftmostLongest).build(patterns.iter().map(|(p, _)| p)).ok();
+        FormatSet { formats, patterns, ac, max_len, first_byte, start_byte }
     }
 
     pub fn names(&self) -> Vec<&'static str> {
@@ -131,11 +118,7 @@ impl FormatSet {
         for i in lo..b.len() {
             if self.first_byte[b[i] as usize] && buf.is_char_boundary(i) {
                 let tail = &b[i..];
-                if self
-                    .patterns
-                    .iter()
-                    .any(|(p, _)| p.len() > tail.len() && p.as_bytes().starts_with(tail))
-                {
+                if self.patterns.iter().any(|(p, _)| p.len() > tail.len() && p.as_bytes().starts_with(tail)) {
                     return b.len() - i;
                 }
             }
@@ -147,9 +130,7 @@ impl FormatSet {
     /// once more text arrives (`<tool_call>` vs `<tool_calls>`).
     fn could_grow(&self, buf: &str, start: usize, matched: usize) -> bool {
         let tail = &buf.as_bytes()[start..];
-        self.patterns.iter().any(|(p, _)| {
-            p.len() > matched && p.len() > tail.len() && p.as_bytes().starts_with(tail)
-        })
+        self.patterns.iter().any(|(p, _)| p.len() > matched && p.len() > tail.len() && p.as_bytes().starts_with(tail))
     }
 }
 
@@ -207,11 +188,7 @@ impl Extractor {
     }
 
     pub fn with_options(set: Arc<FormatSet>, tools: Arc<ToolIndex>, opts: Options) -> Self {
-        let state = if opts.starts_in_reasoning {
-            State::Reasoning { close: "</think>" }
-        } else {
-            State::Text
-        };
+        let state = if opts.starts_in_reasoning { State::Reasoning { close: "</think>" } } else { State::Text };
         Extractor {
             set,
             tools,
@@ -297,11 +274,7 @@ impl Extractor {
                 Some(_) => {}
             }
         }
-        let found = self
-            .set
-            .ac
-            .as_ref()
-            .and_then(|ac| ac.find(self.buf.as_str()));
+        let found = self.set.ac.as_ref().and_then(|ac| ac.find(self.buf.as_str()));
         if let Some(m) = found {
             if !eof && self.set.could_grow(&self.buf, m.start(), m.len()) {
                 self.emit_text_to(m.start(), out);
@@ -315,19 +288,12 @@ impl Extractor {
                 }
                 Pattern::Marker { formats } => {
                     let cands = formats.iter().copied().map(new_cand).collect();
-                    self.state = State::Region {
-                        cands,
-                        marker_len: m.len(),
-                    };
+                    self.state = State::Region { cands, marker_len: m.len() };
                 }
             }
             return true;
         }
-        let hold = if eof {
-            0
-        } else {
-            self.set.partial_suffix(&self.buf)
-        };
+        let hold = if eof { 0 } else { self.set.partial_suffix(&self.buf) };
         self.emit_text_to(self.buf.len() - hold, out);
         false
     }
@@ -342,11 +308,7 @@ impl Extractor {
             self.trim_next = true;
             return true;
         }
-        let hold = if eof {
-            0
-        } else {
-            suffix_prefix_len(&self.buf, close)
-        };
+        let hold = if eof { 0 } else { suffix_prefix_len(&self.buf, close) };
         let r: String = self.buf.drain(..self.buf.len() - hold).collect();
         emit(out, Event::Reasoning(r));
         false
@@ -357,11 +319,7 @@ impl Extractor {
             return false;
         };
         let marker_len = *marker_len;
-        let ctx = Ctx {
-            tools: &self.tools,
-            eof,
-            at_start: self.at_start,
-        };
+        let ctx = Ctx { tools: &self.tools, eof, at_start: self.at_start };
         let mut done: Option<args::Finished> = None;
         let mut i = 0;
         while i < cands.len() {
@@ -383,10 +341,7 @@ impl Extractor {
                 },
                 Step::Need(w) if !eof && self.buf.len() <= MAX_REGION => {
                     if w != c.wait {
-                        *c = Cand {
-                            wait: w,
-                            ..new_cand(c.format)
-                        };
+                        *c = Cand { wait: w, ..new_cand(c.format) };
                     }
                     // Re-check at once: the condition may already hold.
                     if satisfied(c, &self.buf) {
@@ -455,12 +410,7 @@ impl Extractor {
 }
 
 fn new_cand(format: usize) -> Cand {
-    Cand {
-        format,
-        wait: Wait::Len(0),
-        pos: 0,
-        bal: Balance::default(),
-    }
+    Cand { format, wait: Wait::Len(0), pos: 0, bal: Balance::default() }
 }
 
 /// Appends an event, merging adjacent text (or reasoning) and skipping empties.
@@ -546,10 +496,7 @@ fn suffix_prefix_len(buf: &str, needle: &str) -> usize {
     let b = buf.as_bytes();
     let n = needle.as_bytes();
     let max = (n.len() - 1).min(b.len());
-    (1..=max)
-        .rev()
-        .find(|k| n.starts_with(&b[b.len() - k..]))
-        .unwrap_or(0)
+    (1..=max).rev().find(|k| n.starts_with(&b[b.len() - k..])).unwrap_or(0)
 }
 
 fn ceil_char_boundary(s: &str, mut i: usize) -> usize {
@@ -607,14 +554,7 @@ mod tests {
         ex.feed("nk>why</th", &mut out);
         ex.feed("ink>done", &mut out);
         ex.finish(&mut out);
-        assert_eq!(
-            out,
-            vec![
-                Event::Text("a < b".into()),
-                Event::Reasoning("why".into()),
-                Event::Text("done".into())
-            ]
-        );
+        assert_eq!(out, vec![Event::Text("a < b".into()), Event::Reasoning("why".into()), Event::Text("done".into())]);
     }
 
     #[test]

@@ -122,18 +122,10 @@ pub enum Args {
 
 impl RawCall {
     pub fn json(name: impl Into<String>, args: impl Into<String>) -> Self {
-        RawCall {
-            name: name.into(),
-            args: Args::Json(args.into()),
-            id: None,
-        }
+        RawCall { name: name.into(), args: Args::Json(args.into()), id: None }
     }
     pub fn value(name: impl Into<String>, args: serde_json::Value) -> Self {
-        RawCall {
-            name: name.into(),
-            args: Args::Value(args),
-            id: None,
-        }
+        RawCall { name: name.into(), args: Args::Value(args), id: None }
     }
 }
 

@@ -94,13 +94,8 @@ pub fn python_end(s: &str, start: usize) -> Option<usize> {
 /// Removes exactly one leading and one trailing newline (`\n` or `\r\n`), the
 /// way chat templates wrap XML parameter values.
 pub fn strip_one_newline(s: &str) -> &str {
-    let s = s
-        .strip_prefix("\r\n")
-        .or_else(|| s.strip_prefix('\n'))
-        .unwrap_or(s);
-    s.strip_suffix("\r\n")
-        .or_else(|| s.strip_suffix('\n'))
-        .unwrap_or(s)
+    let s = s.strip_prefix("\r\n").or_else(|| s.strip_prefix('\n')).unwrap_or(s);
+    s.strip_suffix("\r\n").or_else(|| s.strip_suffix('\n')).unwrap_or(s)
 }
 
 /// Splits a JSON call object into `(name, arguments JSON text)`, accepting the
@@ -112,12 +107,8 @@ pub fn call_object(v: &serde_json::Value) -> Option<(String, Option<String>)> {
     if let Some(f) = obj.get("function").filter(|f| f.is_object()) {
         return call_object(f);
     }
-    let name = ["name", "function", "tool", "tool_name"]
-        .iter()
-        .find_map(|k| obj.get(*k)?.as_str())?;
-    let args = ["arguments", "parameters", "args", "input"]
-        .iter()
-        .find_map(|k| obj.get(*k));
+    let name = ["name", "function", "tool", "tool_name"].iter().find_map(|k| obj.get(*k)?.as_str())?;
+    let args = ["arguments", "parameters", "args", "input"].iter().find_map(|k| obj.get(*k));
     Some((name.to_string(), args.map(|a| a.to_string())))
 }
 
@@ -133,10 +124,7 @@ pub fn call_object_raw(text: &str) -> Option<(String, Option<String>)> {
         arguments: Option<&'a serde_json::value::RawValue>,
     }
     if let Ok(r) = serde_json::from_str::<Raw<'_>>(text) {
-        if let Some(name) = r
-            .name
-            .and_then(|n| serde_json::from_str::<String>(n.get()).ok())
-        {
+        if let Some(name) = r.name.and_then(|n| serde_json::from_str::<String>(n.get()).ok()) {
             return Some((name, r.arguments.map(|a| a.get().to_string())));
         }
     }
@@ -158,8 +146,7 @@ mod tests {
 
     #[test]
     fn call_object_keeps_raw_arguments() {
-        let (n, a) =
-            call_object_raw(r#"{"name": "f", "arguments": {"x":  1}}"#).unwrap_or_default();
+        let (n, a) = call_object_raw(r#"{"name": "f", "arguments": {"x":  1}}"#).unwrap_or_default();
         assert_eq!((n.as_str(), a.as_deref()), ("f", Some(r#"{"x":  1}"#)));
         let (n, a) = call_object_raw(r#"{"tool": "f", "parameters": {}}"#).unwrap_or_default();
         assert_eq!((n.as_str(), a.as_deref()), ("f", Some("{}")));

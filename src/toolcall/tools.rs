@@ -15,18 +15,12 @@ pub struct ToolIndex {
 impl ToolIndex {
     /// An index of `(name, parameters schema)` pairs.
     pub fn new(tools: impl IntoIterator<Item = (String, Value)>) -> Self {
-        ToolIndex {
-            tools: tools.into_iter().collect(),
-            open: false,
-        }
+        ToolIndex { tools: tools.into_iter().collect(), open: false }
     }
 
     /// An index that accepts any name (debugging without tool definitions).
     pub fn open() -> Self {
-        ToolIndex {
-            tools: Vec::new(),
-            open: true,
-        }
+        ToolIndex { tools: Vec::new(), open: true }
     }
 
     /// Builds the index from OpenAI `tools` JSON (`[{type, function:{name, parameters}}]`).
@@ -61,35 +55,26 @@ impl ToolIndex {
         if self.open {
             // Without declarations, at least demand a function-like name
             // (a repaired `{"name": ...}` in prose is no call).
-            let ok = name.len() <= 64 && name.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'));
+            let ok =
+                name.len() <= 64 && name.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'));
             return ok.then_some(name);
         }
         if let Some((n, _)) = self.tools.iter().find(|(n, _)| n == name) {
             return Some(n);
         }
-        self.tools
-            .iter()
-            .find(|(n, _)| loose_eq(n, name))
-            .map(|(n, _)| n.as_str())
+        self.tools.iter().find(|(n, _)| loose_eq(n, name)).map(|(n, _)| n.as_str())
     }
 
     /// The parameters schema of a declared tool.
     pub fn schema(&self, name: &str) -> Option<&Value> {
         let declared = self.resolve(name)?;
-        self.tools
-            .iter()
-            .find(|(n, _)| n == declared)
-            .map(|(_, s)| s)
+        self.tools.iter().find(|(n, _)| n == declared).map(|(_, s)| s)
     }
 }
 
 fn loose_eq(a: &str, b: &str) -> bool {
     let norm = |c: char| {
-        if c == '-' {
-            '_'
-        } else {
-            c.to_ascii_lowercase()
-        }
+        if c == '-' { '_' } else { c.to_ascii_lowercase() }
     };
     a.len() == b.len() && a.chars().map(norm).eq(b.chars().map(norm))
 }

@@ -13,11 +13,7 @@ pub fn param<'a>(tool: Option<&'a Value>, key: &str) -> Option<&'a Value> {
 /// the only property), used for plain-string arguments.
 pub fn single_string_param(schema: &Value) -> Option<String> {
     let props = schema.get("properties")?.as_object()?;
-    let is_str = |k: &str| {
-        props
-            .get(k)
-            .is_some_and(|p| types(p).iter().any(|t| t == "string"))
-    };
+    let is_str = |k: &str| props.get(k).is_some_and(|p| types(p).iter().any(|t| t == "string"));
     if let Some(req) = schema.get("required").and_then(Value::as_array) {
         let req: Vec<&str> = req.iter().filter_map(Value::as_str).collect();
         if req.len() == 1 && is_str(req[0]) {
@@ -34,11 +30,7 @@ fn types(schema: &Value) -> Vec<String> {
     let mut out = Vec::new();
     match schema.get("type") {
         Some(Value::String(t)) => out.push(t.to_ascii_lowercase()),
-        Some(Value::Array(ts)) => out.extend(
-            ts.iter()
-                .filter_map(Value::as_str)
-                .map(str::to_ascii_lowercase),
-        ),
+        Some(Value::Array(ts)) => out.extend(ts.iter().filter_map(Value::as_str).map(str::to_ascii_lowercase)),
         _ => {}
     }
     for key in ["anyOf", "oneOf"] {
@@ -111,10 +103,7 @@ fn structured(t: &str) -> Option<Value> {
 
 /// Builds an arguments object from raw key/value pairs typed by the tool's
 /// schema.
-pub fn object_from_pairs<'a>(
-    tool: Option<&Value>,
-    pairs: impl IntoIterator<Item = (&'a str, &'a str)>,
-) -> Value {
+pub fn object_from_pairs<'a>(tool: Option<&Value>, pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Value {
     let mut m = Map::new();
     for (k, v) in pairs {
         let k = k.trim();
@@ -130,31 +119,13 @@ mod tests {
 
     #[test]
     fn strings_are_never_sniffed() {
-        assert_eq!(
-            coerce("02139", Some(&json!({"type": "string"}))),
-            json!("02139")
-        );
+        assert_eq!(coerce("02139", Some(&json!({"type": "string"}))), json!("02139"));
         assert_eq!(coerce("02139", None), json!("02139"));
         assert_eq!(coerce("5", Some(&json!({"type": "integer"}))), json!(5));
         assert_eq!(coerce("2.0", Some(&json!({"type": "number"}))), json!(2));
-        assert_eq!(
-            coerce("True", Some(&json!({"type": "boolean"}))),
-            json!(true)
-        );
-        assert_eq!(
-            coerce("None", Some(&json!({"type": ["string", "null"]}))),
-            json!(null)
-        );
-        assert_eq!(
-            coerce("{'a': 1}", Some(&json!({"type": "object"}))),
-            json!({"a": 1})
-        );
-        assert_eq!(
-            coerce(
-                "x",
-                Some(&json!({"anyOf": [{"type": "integer"}, {"type": "string"}]}))
-            ),
-            json!("x")
-        );
+        assert_eq!(coerce("True", Some(&json!({"type": "boolean"}))), json!(true));
+        assert_eq!(coerce("None", Some(&json!({"type": ["string", "null"]}))), json!(null));
+        assert_eq!(coerce("{'a': 1}", Some(&json!({"type": "object"}))), json!({"a": 1}));
+        assert_eq!(coerce("x", Some(&json!({"anyOf": [{"type": "integer"}, {"type": "string"}]}))), json!("x"));
     }
 }

@@ -23,32 +23,17 @@ impl Proxy {
 
     /// POSTs a chat request; returns status and parsed JSON body.
     pub async fn chat(&self, body: Value) -> (u16, Value) {
-        let r = self
-            .http
-            .post(self.url("/v1/chat/completions"))
-            .json(&body)
-            .send()
-            .await
-            .expect("proxy reachable");
+        let r = self.http.post(self.url("/v1/chat/completions")).json(&body).send().await.expect("proxy reachable");
         let status = r.status().as_u16();
         let text = r.text().await.expect("body");
-        (
-            status,
-            serde_json::from_str(&text).unwrap_or(Value::String(text)),
-        )
+        (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
     }
 
     /// POSTs a streamed chat request; returns status and every SSE data
     /// payload (`[DONE]` included as a string).
     pub async fn chat_stream(&self, mut body: Value) -> (u16, Vec<Value>) {
         body["stream"] = json!(true);
-        let r = self
-            .http
-            .post(self.url("/v1/chat/completions"))
-            .json(&body)
-            .send()
-            .await
-            .expect("proxy reachable");
+        let r = self.http.post(self.url("/v1/chat/completions")).json(&body).send().await.expect("proxy reachable");
         let status = r.status().as_u16();
         let text = r.text().await.expect("body");
         (status, parse_sse(&text))
@@ -59,11 +44,7 @@ impl Proxy {
 pub fn parse_sse(text: &str) -> Vec<Value> {
     text.split("\n\n")
         .filter_map(|ev| {
-            let data: Vec<&str> = ev
-                .lines()
-                .filter_map(|l| l.strip_prefix("data:"))
-                .map(str::trim_start)
-                .collect();
+            let data: Vec<&str> = ev.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim_start).collect();
             if data.is_empty() {
                 return None;
             }
@@ -79,11 +60,7 @@ pub async fn proxy(profile_toml: &str, upstream: &str) -> Proxy {
     proxy_with(profile_toml, upstream, |_| {}).await
 }
 
-pub async fn proxy_with(
-    profile_toml: &str,
-    upstream: &str,
-    tweak: impl FnOnce(&mut Config),
-) -> Proxy {
+pub async fn proxy_with(profile_toml: &str, upstream: &str, tweak: impl FnOnce(&mut Config)) -> Proxy {
     let text = format!("name = \"test vendor\"\nbase_url = \"http://unused\"\n{profile_toml}");
     let profile = Profile::parse("testvendor", &text).expect("profile parses");
     let mut profiles = BTreeMap::new();
@@ -99,17 +76,12 @@ pub async fn proxy_with(
     );
     tweak(&mut config);
     let state = AppState::new(&config, &profiles).expect("state");
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
         let _ = axum::serve(listener, app(state)).await;
     });
-    Proxy {
-        addr,
-        http: reqwest::Client::new(),
-    }
+    Proxy { addr, http: reqwest::Client::new() }
 }
 
 /// An SSE body from chunk values (and `[DONE]`).
@@ -159,50 +131,26 @@ pub fn assemble(events: &[Value]) -> Value {
             content.push_str(d["content"].as_str().unwrap_or(""));
             reasoning.push_str(d["reasoning_content"].as_str().unwrap_or(""));
             for tc in d["tool_calls"].as_array().into_iter().flatten() {
-                let ix = tc["index"]
-                    .as_u64()
-                    .expect("every tool-call delta has an index");
+                let ix = tc["index"].as_u64().expect("every tool-call delta has an index");
                 let first = !calls.contains_key(&ix);
                 let entry = calls.entry(ix).or_default();
                 if first {
-                    assert!(
-                        tc["id"].is_string(),
-                        "first delta of call {ix} has an id: {tc}"
-                    );
-                    assert_eq!(
-                        tc["type"], "function",
-                        "first delta of call {ix} has a type: {tc}"
-                    );
-                    assert!(
-                        tc["function"]["name"].is_string(),
-                        "first delta of call {ix} has a name: {tc}"
-                    );
+                    assert!(tc["id"].is_string(), "first delta of call {ix} has an id: {tc}");
+                    assert_eq!(tc["type"], "function", "first delta of call {ix} has a type: {tc}");
+                    assert!(tc["function"]["name"].is_string(), "first delta of call {ix} has a name: {tc}");
                     entry.0 = tc["id"].as_str().unwrap_or_default().to_string();
                 } else {
-                    assert!(
-                        tc["id"].is_null(),
-                        "later deltas of call {ix} carry no id: {tc}"
-                    );
+                    assert!(tc["id"].is_null(), "later deltas of call {ix} carry no id: {tc}");
                 }
-                entry
-                    .1
-                    .push_str(tc["function"]["name"].as_str().unwrap_or(""));
-                entry
-                    .2
-                    .push_str(tc["function"]["arguments"].as_str().unwrap_or(""));
+                entry.1.push_str(tc["function"]["name"].as_str().unwrap_or(""));
+                entry.2.push_str(tc["function"]["arguments"].as_str().unwrap_or(""));
             }
             if !ch["finish_reason"].is_null() {
                 finish = ch["finish_reason"].clone();
             }
         }
     }
-    calls_json(
-        content,
-        reasoning,
-        calls.into_values().collect(),
-        finish,
-        usage,
-    )
+    calls_json(content, reasoning, calls.into_values().collect(), finish, usage)
 }
 
 /// The same view of a non-streamed response.
@@ -215,14 +163,8 @@ pub fn message_view(body: &Value) -> Value {
         .map(|t| {
             (
                 t["id"].as_str().unwrap_or_default().to_string(),
-                t["function"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                t["function"]["arguments"]
-                    .as_str()
-                    .expect("arguments is a string")
-                    .to_string(),
+                t["function"]["name"].as_str().unwrap_or_default().to_string(),
+                t["function"]["arguments"].as_str().expect("arguments is a string").to_string(),
             )
         })
         .collect();
@@ -245,8 +187,8 @@ fn calls_json(
     let calls: Vec<Value> = calls
         .into_iter()
         .map(|(id, name, args)| {
-            let parsed: Value = serde_json::from_str(&args)
-                .unwrap_or_else(|e| panic!("arguments {args:?} not JSON: {e}"));
+            let parsed: Value =
+                serde_json::from_str(&args).unwrap_or_else(|e| panic!("arguments {args:?} not JSON: {e}"));
             json!({"id": id, "name": name, "arguments": parsed})
         })
         .collect();

@@ -57,9 +57,7 @@ impl Format for DeepseekV32Dsml {
         };
         // Parse the plain spelling; byte offsets of the original are needed
         // only for an unclosed block, where the kept invokes end it.
-        let plain = text
-            .replace(&format!("<{DSML}"), "<")
-            .replace(&format!("</{DSML}"), "</");
+        let plain = text.replace(&format!("<{DSML}"), "<").replace(&format!("</{DSML}"), "</");
         let (invokes, end) = xml::invokes(&plain, "", &[]);
         let calls: Vec<RawCall> = invokes.iter().map(|inv| call(inv, ctx)).collect();
         if calls.is_empty() {
@@ -69,30 +67,23 @@ impl Format for DeepseekV32Dsml {
             Some(c) => c,
             None => body + original_end(text, end),
         };
-        Step::Done(Parsed {
-            consumed,
-            calls,
-            ..Default::default()
-        })
+        Step::Done(Parsed { consumed, calls, ..Default::default() })
     }
 }
 
 fn call(inv: &xml::Invoke<'_>, ctx: &Ctx<'_>) -> RawCall {
     let inner = inv.inner.trim();
     if inner.starts_with('{') {
-        return RawCall {
-            name: inv.name.to_string(),
-            args: Args::Json(inner.to_string()),
-            id: None,
-        };
+        return RawCall { name: inv.name.to_string(), args: Args::Json(inner.to_string()), id: None };
     }
     let schema = ctx.tools.schema(inv.name);
     let mut args = serde_json::Map::new();
     for p in xml::params(inv.inner, "") {
         let value = match (typing::param(schema, p.name), xml::attr(p.tag, "string")) {
             (Some(s), _) => typing::coerce(p.value, Some(s)),
-            (None, Some("false")) => serde_json::from_str(p.value.trim())
-                .unwrap_or_else(|_| Value::String(p.value.to_string())),
+            (None, Some("false")) => {
+                serde_json::from_str(p.value.trim()).unwrap_or_else(|_| Value::String(p.value.to_string()))
+            }
             (None, _) => Value::String(p.value.to_string()),
         };
         args.insert(p.name.to_string(), value);

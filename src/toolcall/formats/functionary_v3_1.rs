@@ -34,11 +34,7 @@ impl Format for FunctionaryV31 {
     }
 
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
-        if region.starts_with(PYTHON) {
-            python(region, ctx)
-        } else {
-            function(region, ctx)
-        }
+        if region.starts_with(PYTHON) { python(region, ctx) } else { function(region, ctx) }
     }
 }
 
@@ -72,11 +68,7 @@ fn function(region: &str, ctx: &Ctx<'_>) -> Step {
         }
         Peek::Maybe | Peek::No => end,
     };
-    Step::Done(Parsed {
-        consumed,
-        calls: vec![RawCall::json(name, &region[brace..end])],
-        ..Default::default()
-    })
+    Step::Done(Parsed { consumed, calls: vec![RawCall::json(name, &region[brace..end])], ..Default::default() })
 }
 
 fn python(region: &str, ctx: &Ctx<'_>) -> Step {
@@ -86,31 +78,24 @@ fn python(region: &str, ctx: &Ctx<'_>) -> Step {
         None | Some(b'{' | b'[') => return Step::Reject,
         Some(_) => {}
     }
+    // `name.call(` is Llama 3.1's built-in tool syntax (llama3_json's).
+    let head = &region[start..];
+    let ident = head.bytes().take_while(|b| b.is_ascii_alphanumeric() || *b == b'_').count();
+    if head[ident..].starts_with(".call(") {
+        return Step::Reject;
+    }
     let (code, consumed) = match find(region, EOM, start) {
         Some(e) => (&region[start..e], e + EOM.len()),
         None if ctx.eof => (&region[start..], region.len()),
         None => {
-            return Step::Need(Wait::Marker {
-                marker: EOM,
-                from: start,
-            });
+            return Step::Need(Wait::Marker { marker: EOM, from: start });
         }
     };
     let tools = ctx.tools;
-    let name = if tools.resolve("python").is_none() && tools.resolve("ipython").is_some() {
-        "ipython"
-    } else {
-        "python"
-    };
-    let key = tools
-        .schema(name)
-        .and_then(typing::single_string_param)
-        .unwrap_or_else(|| "code".to_string());
+    let name =
+        if tools.resolve("python").is_none() && tools.resolve("ipython").is_some() { "ipython" } else { "python" };
+    let key = tools.schema(name).and_then(typing::single_string_param).unwrap_or_else(|| "code".to_string());
     let mut args = Map::new();
     args.insert(key, Value::String(code.trim_end().to_string()));
-    Step::Done(Parsed {
-        consumed,
-        calls: vec![RawCall::value(name, Value::Object(args))],
-        ..Default::default()
-    })
+    Step::Done(Parsed { consumed, calls: vec![RawCall::value(name, Value::Object(args))], ..Default::default() })
 }

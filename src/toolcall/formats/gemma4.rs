@@ -53,10 +53,7 @@ impl Format for Gemma4 {
         }
         let close = find(region, CLOSE, brace);
         if close.is_none() && !ctx.eof {
-            return Step::Need(Wait::Marker {
-                marker: CLOSE,
-                from: brace,
-            });
+            return Step::Need(Wait::Marker { marker: CLOSE, from: brace });
         }
         let body = &region[..close.unwrap_or(region.len())];
         let schema = ctx.tools.schema(name);
@@ -70,11 +67,7 @@ impl Format for Gemma4 {
             None if body[p.i..].trim().is_empty() => region.len(),
             None => return Step::Reject,
         };
-        Step::Done(Parsed {
-            consumed,
-            calls: vec![RawCall::value(name, args)],
-            ..Default::default()
-        })
+        Step::Done(Parsed { consumed, calls: vec![RawCall::value(name, args)], ..Default::default() })
     }
 }
 
@@ -169,10 +162,7 @@ impl<'a> Reader<'a> {
     /// A bare key or scalar: the text up to `,` `:` `}` `]`.
     fn bare(&mut self) -> Option<&'a str> {
         self.skip();
-        let len = self
-            .rest()
-            .find([',', ':', '}', ']', '{', '['])
-            .unwrap_or(0);
+        let len = self.rest().find([',', ':', '}', ']', '{', '[']).unwrap_or(0);
         let raw = self.rest()[..len].trim();
         self.i += len;
         (!raw.is_empty()).then_some(raw)

@@ -80,18 +80,11 @@ impl Format for Glm45 {
             Args::Json(body.trim().to_string())
         } else {
             let schema = ctx.tools.schema(name);
-            Args::Value(typing::object_from_pairs(
-                schema,
-                xml::pairs(body, &ARG_TAGS),
-            ))
+            Args::Value(typing::object_from_pairs(schema, xml::pairs(body, &ARG_TAGS)))
         };
         Step::Done(Parsed {
             consumed: c + CLOSE.len(),
-            calls: vec![RawCall {
-                name: name.to_string(),
-                args,
-                id: None,
-            }],
+            calls: vec![RawCall { name: name.to_string(), args, id: None }],
             ..Default::default()
         })
     }
@@ -117,45 +110,28 @@ mod tests {
 
     fn parse(text: &str, eof: bool) -> Step {
         let tools = ToolIndex::open();
-        let ctx = Ctx {
-            tools: &tools,
-            eof,
-            at_start: true,
-        };
+        let ctx = Ctx { tools: &tools, eof, at_start: true };
         Glm45.parse(text, &ctx)
     }
 
     #[test]
     fn prose_is_rejected_before_the_close_arrives() {
-        assert!(matches!(
-            parse("<tool_call> tags wrap calls", false),
-            Step::Reject
-        ));
-        assert!(matches!(
-            parse("<tool_call>f\n<arg_", false),
-            Step::Need(Wait::Len(_))
-        ));
-        assert!(matches!(
-            parse("<tool_call>f\n<arg_key>a</arg_key>", false),
-            Step::Need(Wait::Marker { .. })
-        ));
+        assert!(matches!(parse("<tool_call> tags wrap calls", false), Step::Reject));
+        assert!(matches!(parse("<tool_call>f\n<arg_", false), Step::Need(Wait::Len(_))));
+        assert!(matches!(parse("<tool_call>f\n<arg_key>a</arg_key>", false), Step::Need(Wait::Marker { .. })));
     }
 
     #[test]
     fn close_inside_a_value_is_text() {
         let s = "<tool_call>f<arg_key>a</arg_key><arg_value>x</tool_call>y</arg_value></tool_call>";
-        let Step::Done(p) = parse(s, false) else {
-            panic!("not done")
-        };
+        let Step::Done(p) = parse(s, false) else { panic!("not done") };
         assert_eq!(p.consumed, s.len());
         assert_eq!(p.calls[0].args, Args::Value(json!({"a": "x</tool_call>y"})));
     }
 
     #[test]
     fn name_with_json_body() {
-        let Step::Done(p) = parse("<tool_call>f {\"a\": 1}</tool_call>", false) else {
-            panic!("not done")
-        };
+        let Step::Done(p) = parse("<tool_call>f {\"a\": 1}</tool_call>", false) else { panic!("not done") };
         assert_eq!(p.calls[0].args, Args::Json("{\"a\": 1}".into()));
     }
 }

@@ -32,14 +32,9 @@ impl Format for Hermes {
             return match find(region, CLOSE, end) {
                 Some(close) => one_call(region, body, end, close + CLOSE.len()),
                 // Models that never close the tag: the object must end the output.
-                None if ctx.eof && region[end..].trim().is_empty() => {
-                    one_call(region, body, end, region.len())
-                }
+                None if ctx.eof && region[end..].trim().is_empty() => one_call(region, body, end, region.len()),
                 None if ctx.eof => Step::Reject,
-                None => Step::Need(Wait::Marker {
-                    marker: CLOSE,
-                    from: end,
-                }),
+                None => Step::Need(Wait::Marker { marker: CLOSE, from: end }),
             };
         }
         // The object is not closed (yet, or never: damaged JSON). At the end
@@ -47,21 +42,10 @@ impl Format for Hermes {
         // one was truncated and is not a call.
         let first_close = find(region, CLOSE, body);
         match (first_close, ctx.eof) {
-            (Some(close), true) => one_call(
-                region,
-                body,
-                region[..close].trim_end().len(),
-                close + CLOSE.len(),
-            ),
+            (Some(close), true) => one_call(region, body, region[..close].trim_end().len(), close + CLOSE.len()),
             (None, true) => Step::Reject,
-            (Some(close), false) => Step::Need(Wait::Marker {
-                marker: CLOSE,
-                from: close + 1,
-            }),
-            (None, false) => Step::Need(Wait::Marker {
-                marker: CLOSE,
-                from: body,
-            }),
+            (Some(close), false) => Step::Need(Wait::Marker { marker: CLOSE, from: close + 1 }),
+            (None, false) => Step::Need(Wait::Marker { marker: CLOSE, from: body }),
         }
     }
 }
@@ -69,27 +53,12 @@ impl Format for Hermes {
 fn one_call(region: &str, body: usize, end: usize, consumed: usize) -> Step {
     let text = &region[body..end];
     let call = match call_object_raw(text) {
-        Some((name, args)) => RawCall {
-            name,
-            args: args.map_or(Args::Empty, Args::Json),
-            id: None,
-        },
+        Some((name, args)) => RawCall { name, args: args.map_or(Args::Empty, Args::Json), id: None },
         // Damaged JSON inside a closed tag: repair it, then read the shape.
-        None => match crate::toolcall::args_repair_object(text)
-            .as_ref()
-            .and_then(crate::toolcall::scan::call_object)
-        {
-            Some((name, args)) => RawCall {
-                name,
-                args: args.map_or(Args::Empty, Args::Json),
-                id: None,
-            },
+        None => match crate::toolcall::args_repair_object(text).as_ref().and_then(crate::toolcall::scan::call_object) {
+            Some((name, args)) => RawCall { name, args: args.map_or(Args::Empty, Args::Json), id: None },
             None => return Step::Reject,
         },
     };
-    Step::Done(Parsed {
-        consumed,
-        calls: vec![call],
-        ..Default::default()
-    })
+    Step::Done(Parsed { consumed, calls: vec![call], ..Default::default() })
 }

@@ -37,17 +37,10 @@ impl Format for HunyuanV3 {
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
         // The suffix: `` or `:opensource`.
         let Some(gt) = find(region, ">", OPEN.len()) else {
-            return if region.len() > OPEN.len() + 64 {
-                Step::Reject
-            } else {
-                xml::more(region, ctx)
-            };
+            return if region.len() > OPEN.len() + 64 { Step::Reject } else { xml::more(region, ctx) };
         };
         let sfx = &region[OPEN.len()..gt];
-        if !sfx
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"_-:.".contains(&b))
-        {
+        if !sfx.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-:.".contains(&b)) {
             return Step::Reject;
         }
         let call_open = format!("<tool_call{sfx}>");
@@ -62,10 +55,7 @@ impl Format for HunyuanV3 {
         loop {
             let Some(c) = find(region, CLOSE, from) else {
                 if !ctx.eof {
-                    return Step::Need(Wait::Marker {
-                        marker: CLOSE,
-                        from,
-                    });
+                    return Step::Need(Wait::Marker { marker: CLOSE, from });
                 }
                 // Unclosed at the end: the calls must be complete.
                 let call_close = format!("</tool_call{sfx}>");
@@ -92,12 +82,7 @@ fn done(body: &str, sfx: &str, consumed: usize, ctx: &Ctx<'_>) -> Step {
     let sep = format!("<tool_sep{sfx}>");
     let (key, key_end) = (format!("<arg_key{sfx}>"), format!("</arg_key{sfx}>"));
     let (value, value_end) = (format!("<arg_value{sfx}>"), format!("</arg_value{sfx}>"));
-    let tags = PairTags {
-        key: &key,
-        key_end: &key_end,
-        value: &value,
-        value_end: &value_end,
-    };
+    let tags = PairTags { key: &key, key_end: &key_end, value: &value, value_end: &value_end };
     let mut calls = Vec::new();
     let mut at = skip_ws(body, 0);
     while body[at..].starts_with(&call_open) {
@@ -111,18 +96,11 @@ fn done(body: &str, sfx: &str, consumed: usize, ctx: &Ctx<'_>) -> Step {
         let args = call[name_end..].trim_start();
         let args = args.strip_prefix(sep.as_str()).unwrap_or(args);
         let schema = ctx.tools.schema(name);
-        calls.push(RawCall::value(
-            name,
-            typing::object_from_pairs(schema, xml::pairs(args, &tags)),
-        ));
+        calls.push(RawCall::value(name, typing::object_from_pairs(schema, xml::pairs(args, &tags))));
         at = skip_ws(body, (end + call_close.len()).min(body.len()));
     }
     if calls.is_empty() {
         return Step::Reject;
     }
-    Step::Done(Parsed {
-        consumed,
-        calls,
-        ..Default::default()
-    })
+    Step::Done(Parsed { consumed, calls, ..Default::default() })
 }

@@ -46,17 +46,11 @@ impl Format for MinimaxM2 {
             Ok(None) => (&region[body..], None),
         };
         let (invokes, end) = xml::invokes(text, "", &[]);
-        let calls: Vec<RawCall> = invokes
-            .iter()
-            .map(|inv| RawCall::value(inv.name, xml::invoke_args(inv, "", ctx.tools)))
-            .collect();
+        let calls: Vec<RawCall> =
+            invokes.iter().map(|inv| RawCall::value(inv.name, xml::invoke_args(inv, "", ctx.tools))).collect();
         if calls.is_empty() {
             return Step::Reject;
         }
-        Step::Done(Parsed {
-            consumed: consumed.unwrap_or(body + end),
-            calls,
-            ..Default::default()
-        })
+        Step::Done(Parsed { consumed: consumed.unwrap_or(body + end), calls, ..Default::default() })
     }
 }

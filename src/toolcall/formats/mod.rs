@@ -83,9 +83,6 @@ static ALIASES: &[(&str, &str)] = &[
 
 /// Looks a format up by name or alias.
 pub fn by_name(name: &str) -> Option<&'static dyn Format> {
-    let name = ALIASES
-        .iter()
-        .find(|(a, _)| *a == name)
-        .map_or(name, |(_, n)| n);
+    let name = ALIASES.iter().find(|(a, _)| *a == name).map_or(name, |(_, n)| n);
     ALL.iter().copied().find(|f| f.name() == name)
 }

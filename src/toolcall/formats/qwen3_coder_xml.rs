@@ -38,11 +38,7 @@ impl Format for Qwen3CoderXml {
     }
 
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
-        if region.starts_with(OPEN) {
-            xml::qwen_block(region, OPEN, CLOSE, ctx)
-        } else {
-            bare(region, ctx)
-        }
+        if region.starts_with(OPEN) { xml::qwen_block(region, OPEN, CLOSE, ctx) } else { bare(region, ctx) }
     }
 }
 
@@ -75,10 +71,7 @@ fn bare(region: &str, ctx: &Ctx<'_>) -> Step {
         from = p + 1;
     }
     if !ctx.eof {
-        return Step::Need(Wait::Marker {
-            marker: FUNCTION_END,
-            from,
-        });
+        return Step::Need(Wait::Marker { marker: FUNCTION_END, from });
     }
     match first {
         Some(end) => xml::qwen_done(region, 0, end, end, ctx),
@@ -94,47 +87,29 @@ mod tests {
 
     fn parse(text: &str, eof: bool) -> Step {
         let tools = ToolIndex::open();
-        let ctx = Ctx {
-            tools: &tools,
-            eof,
-            at_start: true,
-        };
+        let ctx = Ctx { tools: &tools, eof, at_start: true };
         Qwen3CoderXml.parse(text, &ctx)
     }
 
     #[test]
     fn waits_for_the_closing_tag() {
         let s = "<tool_call>\n<function=f>\n<parameter=a>\nx";
-        assert!(matches!(
-            parse(s, false),
-            Step::Need(Wait::Marker { marker: CLOSE, .. })
-        ));
+        assert!(matches!(parse(s, false), Step::Need(Wait::Marker { marker: CLOSE, .. })));
         assert!(matches!(parse(s, true), Step::Reject));
     }
 
     #[test]
     fn rejects_other_bodies_at_once() {
         assert!(matches!(parse("<tool_call>{\"name\"", false), Step::Reject));
-        assert!(matches!(
-            parse("<tool_call>get_weather\n<arg", false),
-            Step::Reject
-        ));
-        assert!(matches!(
-            parse("<function=f>{\"a\": 1}", false),
-            Step::Reject
-        ));
+        assert!(matches!(parse("<tool_call>get_weather\n<arg", false), Step::Reject));
+        assert!(matches!(parse("<function=f>{\"a\": 1}", false), Step::Reject));
         assert!(matches!(parse("<function=a b", false), Step::Reject));
     }
 
     #[test]
     fn closing_tag_inside_a_value_is_text() {
         let s = "<tool_call>\n<function=f>\n<parameter=a>\nx</tool_call>y\n</parameter>\n</function>\n</tool_call>";
-        let Step::Done(Parsed {
-            consumed, calls, ..
-        }) = parse(s, false)
-        else {
-            panic!("not done")
-        };
+        let Step::Done(Parsed { consumed, calls, .. }) = parse(s, false) else { panic!("not done") };
         assert_eq!(consumed, s.len());
         assert_eq!(calls[0].args, Args::Value(json!({"a": "x</tool_call>y"})));
     }
@@ -142,9 +117,7 @@ mod tests {
     #[test]
     fn bare_function_consumes_a_stray_close() {
         let s = "<function=f>\n</function>\n</tool_call> after";
-        let Step::Done(p) = parse(s, false) else {
-            panic!("not done")
-        };
+        let Step::Done(p) = parse(s, false) else { panic!("not done") };
         assert_eq!(&s[p.consumed..], " after");
     }
 }

@@ -42,10 +42,7 @@ impl Format for Step3 {
             if ctx.eof {
                 return Step::Reject;
             }
-            return Step::Need(Wait::Marker {
-                marker: CLOSE,
-                from: body,
-            });
+            return Step::Need(Wait::Marker { marker: CLOSE, from: body });
         };
         let mut calls = Vec::new();
         let mut at = body;
@@ -61,20 +58,12 @@ impl Format for Step3 {
                 return Step::Reject;
             }
             let (invokes, _) = xml::invokes(&call[sep + SEP.len()..], NS, &[]);
-            calls.extend(
-                invokes
-                    .iter()
-                    .map(|inv| RawCall::value(inv.name, xml::invoke_args(inv, NS, ctx.tools))),
-            );
+            calls.extend(invokes.iter().map(|inv| RawCall::value(inv.name, xml::invoke_args(inv, NS, ctx.tools))));
             at = skip_ws(region, (end + CALL_END.len()).min(close));
         }
         if calls.is_empty() {
             return Step::Reject;
         }
-        Step::Done(Parsed {
-            consumed: close + CLOSE.len(),
-            calls,
-            ..Default::default()
-        })
+        Step::Done(Parsed { consumed: close + CLOSE.len(), calls, ..Default::default() })
     }
 }

@@ -30,21 +30,13 @@ pub fn peek(s: &str, at: usize, pats: &[&str]) -> Peek {
     if let Some(i) = pats.iter().position(|p| rest.starts_with(p.as_bytes())) {
         return Peek::Is(i);
     }
-    if pats.iter().any(|p| p.as_bytes().starts_with(rest)) {
-        Peek::Maybe
-    } else {
-        Peek::No
-    }
+    if pats.iter().any(|p| p.as_bytes().starts_with(rest)) { Peek::Maybe } else { Peek::No }
 }
 
 /// The answer while a decision needs a few more bytes: wait for one more
 /// (these waits are bounded by a tag or name length), or give up at the end.
 pub fn more(region: &str, ctx: &Ctx<'_>) -> Step {
-    if ctx.eof {
-        Step::Reject
-    } else {
-        Step::Need(Wait::Len(region.len() + 1))
-    }
+    if ctx.eof { Step::Reject } else { Step::Need(Wait::Len(region.len() + 1)) }
 }
 
 /// Longest tool name we wait for before deciding the text is prose.
@@ -78,11 +70,7 @@ pub fn name_until_gt(s: &str, at: usize) -> Name<'_> {
             _ => return Name::Bad,
         }
     }
-    if i - at > MAX_NAME {
-        Name::Bad
-    } else {
-        Name::More
-    }
+    if i - at > MAX_NAME { Name::Bad } else { Name::More }
 }
 
 /// Whether `s` is a plausible tool name (no spaces or markup).
@@ -105,9 +93,7 @@ pub fn attr<'a>(tag: &'a str, key: &str) -> Option<&'a str> {
         let v = skip_ws(tag, eq + 1);
         return match b.get(v) {
             Some(&q @ (b'"' | b'\'')) => {
-                let end = tag[v + 1..]
-                    .find(q as char)
-                    .map_or(tag.len(), |e| v + 1 + e);
+                let end = tag[v + 1..].find(q as char).map_or(tag.len(), |e| v + 1 + e);
                 Some(&tag[v + 1..end])
             }
             Some(_) => {
@@ -157,14 +143,7 @@ pub fn find_close(
         first = first.or(Some(c));
         at = c + 1;
     }
-    if ctx.eof {
-        Ok(first)
-    } else {
-        Err(Step::Need(Wait::Marker {
-            marker: close,
-            from: at,
-        }))
-    }
+    if ctx.eof { Ok(first) } else { Err(Step::Need(Wait::Marker { marker: close, from: at })) }
 }
 
 // ---------------------------------------------------------------------------
@@ -207,8 +186,7 @@ pub fn qwen_calls(body: &str, tools: &ToolIndex) -> Option<Vec<RawCall>> {
         };
         // `</function>` ends the call only when another call or the end of
         // the body follows; else the first one (the model left junk after).
-        let end = structural(body, FUNCTION_END, open_end, &[FUNCTION])
-            .or_else(|| find(body, FUNCTION_END, open_end));
+        let end = structural(body, FUNCTION_END, open_end, &[FUNCTION]).or_else(|| find(body, FUNCTION_END, open_end));
         let inner = &body[open_end..end.unwrap_or(body.len())];
         let schema = tools.schema(name);
         let args = typing::object_from_pairs(schema, qwen_params(inner, schema));
@@ -226,9 +204,7 @@ pub fn qwen_calls(body: &str, tools: &ToolIndex) -> Option<Vec<RawCall>> {
 /// implied by the next `<parameter=` naming a parameter not seen yet (and
 /// declared, when the schema lists properties).
 fn qwen_params<'a>(inner: &'a str, schema: Option<&Value>) -> Vec<(&'a str, &'a str)> {
-    let props = schema
-        .and_then(|s| s.get("properties"))
-        .and_then(Value::as_object);
+    let props = schema.and_then(|s| s.get("properties")).and_then(Value::as_object);
     let mut out: Vec<(&str, &str)> = Vec::new();
     let mut next = find(inner, PARAM, 0);
     while let Some(at) = next {
@@ -301,11 +277,7 @@ pub fn qwen_block(region: &str, open: &str, close: &'static str, ctx: &Ctx<'_>) 
 /// A finished region whose Qwen3-Coder body is `region[body..end]`.
 pub fn qwen_done(region: &str, body: usize, end: usize, consumed: usize, ctx: &Ctx<'_>) -> Step {
     match qwen_calls(&region[body..end], ctx.tools) {
-        Some(calls) => Step::Done(crate::toolcall::Parsed {
-            consumed,
-            calls,
-            ..Default::default()
-        }),
+        Some(calls) => Step::Done(crate::toolcall::Parsed { consumed, calls, ..Default::default() }),
         None => Step::Reject,
     }
 }
@@ -348,14 +320,10 @@ pub fn invokes<'a>(s: &'a str, ns: &str, stop: &[&str]) -> (Vec<Invoke<'a>>, usi
         let Some(gt) = find(s, ">", at) else { break };
         let tag = &s[at..gt];
         let Some(name) = attr(tag, "name") else { break };
-        let Some(c) = structural(s, &close, gt + 1, &next).or_else(|| find(s, &close, gt + 1))
-        else {
+        let Some(c) = structural(s, &close, gt + 1, &next).or_else(|| find(s, &close, gt + 1)) else {
             break;
         };
-        out.push(Invoke {
-            name: name.trim(),
-            inner: &s[gt + 1..c],
-        });
+        out.push(Invoke { name: name.trim(), inner: &s[gt + 1..c] });
         end = c + close.len();
         at = skip_ws(s, end);
     }
@@ -390,17 +358,9 @@ pub fn params<'a>(inner: &'a str, ns: &str) -> Vec<Param<'a>> {
         // only a value whose closing tag is missing loses the layout
         // newline before the next tag.
         let value = &inner[start..end];
-        let value = if implied {
-            value.strip_suffix('\n').unwrap_or(value)
-        } else {
-            value
-        };
+        let value = if implied { value.strip_suffix('\n').unwrap_or(value) } else { value };
         if let Some(name) = attr(tag, "name") {
-            out.push(Param {
-                tag,
-                name: name.trim(),
-                value,
-            });
+            out.push(Param { tag, name: name.trim(), value });
         }
         next = after;
     }
@@ -424,12 +384,8 @@ pub struct PairTags<'t> {
     pub value_end: &'t str,
 }
 
-pub const ARG_TAGS: PairTags<'static> = PairTags {
-    key: "<arg_key>",
-    key_end: "</arg_key>",
-    value: "<arg_value>",
-    value_end: "</arg_value>",
-};
+pub const ARG_TAGS: PairTags<'static> =
+    PairTags { key: "<arg_key>", key_end: "</arg_key>", value: "<arg_value>", value_end: "</arg_value>" };
 
 /// The `(key, value)` pairs in `s`. A value closes at its `</arg_value>`
 /// when the next key or the end follows (else at the first one); a value
@@ -487,10 +443,7 @@ mod tests {
         assert_eq!(peek("<func", 0, &[FUNCTION]), Peek::Maybe);
         assert_eq!(peek("<function=x", 0, &[PARAM, FUNCTION]), Peek::Is(1));
         assert_eq!(peek("hello", 0, &[FUNCTION]), Peek::No);
-        assert_eq!(
-            name_until_gt("get_weather>", 0),
-            Name::Done("get_weather", 12)
-        );
+        assert_eq!(name_until_gt("get_weather>", 0), Name::Done("get_weather", 12));
         assert_eq!(name_until_gt("get_wea", 0), Name::More);
         assert_eq!(name_until_gt("a b>", 0), Name::Bad);
         assert_eq!(name_until_gt(">", 0), Name::Bad);
@@ -498,26 +451,16 @@ mod tests {
 
     #[test]
     fn reads_attributes() {
-        assert_eq!(
-            attr(r#"<invoke name="get_weather""#, "name"),
-            Some("get_weather")
-        );
-        assert_eq!(
-            attr(r#"<p name='k' string="false""#, "string"),
-            Some("false")
-        );
+        assert_eq!(attr(r#"<invoke name="get_weather""#, "name"), Some("get_weather"));
+        assert_eq!(attr(r#"<p name='k' string="false""#, "string"), Some("false"));
         assert_eq!(attr(r#"<p rename="x" name=k"#, "name"), Some("k"));
         assert_eq!(attr("<p>", "name"), None);
     }
 
     #[test]
     fn qwen_parameter_structure() {
-        let inner =
-            "\n<parameter=code>\na</parameter>b\n</parameter>\n<parameter=n>\n1\n</parameter>\n";
-        assert_eq!(
-            qwen_params(inner, None),
-            vec![("code", "a</parameter>b"), ("n", "1")]
-        );
+        let inner = "\n<parameter=code>\na</parameter>b\n</parameter>\n<parameter=n>\n1\n</parameter>\n";
+        assert_eq!(qwen_params(inner, None), vec![("code", "a</parameter>b"), ("n", "1")]);
         // Missing `</parameter>`: the next unseen parameter ends the value.
         let inner = "<parameter=a>\nx\n<parameter=b>\ny\n</parameter>";
         assert_eq!(qwen_params(inner, None), vec![("a", "x"), ("b", "y")]);
