@@ -4,6 +4,8 @@
 //! tmp dir (a venv and an npm folder), so `cargo test` needs nothing else
 //! than python3, node and the package registries.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
+
 mod common;
 
 use std::path::{Path, PathBuf};

@@ -21,7 +21,7 @@ pub enum UpstreamError {
     Timeout(String),
     /// The upstream answered with an error.
     #[error("upstream error {status}: {}", .error.message)]
-    Status { status: u16, error: ErrorObject },
+    Status { status: u16, error: Box<ErrorObject> },
     /// The upstream answered something that is not a chat completion.
     #[error("invalid upstream response: {0}")]
     Protocol(String),
@@ -42,7 +42,7 @@ impl UpstreamError {
                 (StatusCode::BAD_GATEWAY, ErrorObject::new("api_error", m.clone()).with_code("bad_upstream_response"))
             }
             UpstreamError::Status { status, error } => {
-                (StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY), error.clone())
+                (StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY), (**error).clone())
             }
         }
     }
@@ -67,7 +67,7 @@ pub fn map_error(profile: &Profile, status: u16, body: &[u8]) -> UpstreamError {
     }
     UpstreamError::Status {
         status: status.as_u16(),
-        error: ErrorObject { message, kind, param, code: code.or(default_code), extra },
+        error: Box::new(ErrorObject { message, kind, param, code: code.or(default_code), extra }),
     }
 }
 

@@ -71,6 +71,12 @@ impl Upstream {
             return Ok(Reply::Events(sse_events(resp.bytes_stream(), idle)));
         }
         let bytes = resp.bytes().await.map_err(|e| UpstreamError::Connect(e.to_string()))?;
+        if looks_like_sse(&bytes) {
+            // A stream served under the wrong content type (seen behind
+            // misconfigured gateways): parse it as what it is.
+            let body = futures_util::stream::once(async move { Ok::<_, std::convert::Infallible>(bytes) });
+            return Ok(Reply::Events(sse_events(body, Duration::from_secs_f64(p.upstream.idle_timeout_secs))));
+        }
         let v: Value = serde_json::from_slice(&bytes).map_err(|e| {
             UpstreamError::Protocol(format!(
                 "not JSON ({e}): {}",

@@ -155,7 +155,8 @@ impl Normalizer {
         for (i, mut d) in pending.into_iter().enumerate() {
             let last = i + 1 == n;
             let fr = if last { fin.clone() } else { None };
-            if is_empty(&d) && fr.is_none() && !(last && !choice_extra.is_empty()) {
+            let keeps_extra = last && !choice_extra.is_empty();
+            if is_empty(&d) && fr.is_none() && !keeps_extra {
                 continue;
             }
             if !self.choices[ci].role_sent {

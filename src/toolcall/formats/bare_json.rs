@@ -14,7 +14,7 @@ impl Format for BareJson {
     }
 
     fn start_bytes(&self) -> &'static [u8] {
-        &[b'{', b'[']
+        b"{["
     }
 
     fn parse(&self, _region: &str, _ctx: &Ctx<'_>) -> Step {
