@@ -35,6 +35,7 @@ mod functionary_v3_2;
 mod markdown_json_fence;
 mod react;
 mod bare_json;
+mod json_calls;
 
 /// Every format, in dispatch order.
 pub static ALL: &[&dyn Format] = &[
