@@ -97,11 +97,14 @@ fn run(set: &Arc<FormatSet>, tools: &Arc<ToolIndex>, chunks: &[&str]) -> Extract
 /// Splits think blocks out of an expected content string, as the extractor
 /// routes them to reasoning.
 fn split_reasoning(s: &str) -> (String, String) {
-    let re = regex::Regex::new(r"(?s)<think>(.*?)</think>|<seed:think>(.*?)</seed:think>|\[THINK\](.*?)\[/THINK\]")
-        .unwrap_or_else(|e| panic!("{e}"));
+    let re = regex::Regex::new(concat!(
+        r"(?s)<think>(.*?)</think>|<seed:think>(.*?)</seed:think>|\[THINK\](.*?)\[/THINK\]",
+        r"|<\|START_THINKING\|>(.*?)<\|END_THINKING\|>",
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
     let mut reasoning = String::new();
     for cap in re.captures_iter(s) {
-        for g in 1..=3 {
+        for g in 1..=4 {
             if let Some(m) = cap.get(g) {
                 reasoning.push_str(m.as_str());
             }

@@ -239,16 +239,25 @@ impl Extractor {
                     emit(out, Event::Text(ws));
                     return false;
                 }
+                // A marker or reasoning opener at the start (`[TOOL_CALLS]`,
+                // `[THINK]`) wins over a start byte; wait while it may be one.
                 Some(i) if self.set.start_byte[self.buf.as_bytes()[i] as usize] => {
-                    let ws: String = self.buf.drain(..i).collect();
-                    emit(out, Event::Text(ws));
-                    let byte = self.buf.as_bytes()[0];
-                    let cands = (0..self.set.formats.len())
-                        .filter(|f| self.set.formats[*f].start_bytes().contains(&byte))
-                        .map(new_cand)
-                        .collect();
-                    self.state = State::Region { cands, marker_len: 1 };
-                    return true;
+                    let rest = &self.buf.as_bytes()[i..];
+                    let marker = self.set.patterns.iter().any(|(p, _)| rest.starts_with(p.as_bytes()));
+                    if !marker && !eof && self.set.patterns.iter().any(|(p, _)| p.as_bytes().starts_with(rest)) {
+                        return false;
+                    }
+                    if !marker {
+                        let ws: String = self.buf.drain(..i).collect();
+                        emit(out, Event::Text(ws));
+                        let byte = self.buf.as_bytes()[0];
+                        let cands = (0..self.set.formats.len())
+                            .filter(|f| self.set.formats[*f].start_bytes().contains(&byte))
+                            .map(new_cand)
+                            .collect();
+                        self.state = State::Region { cands, marker_len: 1 };
+                        return true;
+                    }
                 }
                 Some(_) => {}
             }
