@@ -53,7 +53,13 @@ impl ToolIndex {
             return None;
         }
         if self.open {
-            return Some(name);
+            // Without declarations, accept only what could be a function name
+            // (OpenAI's `[A-Za-z0-9_-]{1,64}`, plus `.` for namespaced tools),
+            // so placeholders like `...` in explained markup stay text.
+            let ok = name.len() <= 64
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+                && name.bytes().any(|b| b.is_ascii_alphanumeric());
+            return ok.then_some(name);
         }
         if let Some((n, _)) = self.tools.iter().find(|(n, _)| n == name) {
             return Some(n);
@@ -86,6 +92,8 @@ mod tests {
         assert_eq!(idx.resolve(" get_weather\n"), Some("get_weather"));
         assert_eq!(idx.resolve("get_weathers"), None);
         assert_eq!(ToolIndex::open().resolve("anything"), Some("anything"));
+        assert_eq!(ToolIndex::open().resolve("..."), None);
+        assert_eq!(ToolIndex::open().resolve("two words"), None);
         assert_eq!(ToolIndex::default().resolve("anything"), None);
     }
 }
