@@ -24,7 +24,7 @@ impl Format for BareJson {
     }
 
     fn start_bytes(&self) -> &'static [u8] {
-        &[b'{', b'[']
+        b"{["
     }
 
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
@@ -41,7 +41,11 @@ impl Format for BareJson {
             Looks::Yes => {}
         }
         let Some(end) = python_end(region, 0) else {
-            return if ctx.eof { Step::Reject } else { Step::Need(Wait::Balanced { from: 0 }) };
+            return if ctx.eof {
+                Step::Reject
+            } else {
+                Step::Need(Wait::Balanced { from: 0 })
+            };
         };
         // The call must be the whole output.
         if skip_ws(region, end) < region.len() {
@@ -51,7 +55,11 @@ impl Format for BareJson {
             return Step::Need(Wait::NonSpaceAfter { from: end });
         }
         match calls_from_json(&region[..end]) {
-            Some(calls) => Step::Done(Parsed { consumed: region.len(), calls, ..Default::default() }),
+            Some(calls) => Step::Done(Parsed {
+                consumed: region.len(),
+                calls,
+                ..Default::default()
+            }),
             None => Step::Reject,
         }
     }

@@ -45,12 +45,18 @@ pub(super) static TOKENS: [Tokens; 2] = [
     },
 ];
 
-pub(super) const MARKERS: &[&str] =
-    &["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool_calls_begin｜>", "<｜tool_call_begin｜>"];
+pub(super) const MARKERS: &[&str] = &[
+    "<｜tool▁calls▁begin｜>",
+    "<｜tool▁call▁begin｜>",
+    "<｜tool_calls_begin｜>",
+    "<｜tool_call_begin｜>",
+];
 
 /// The token spelling a region opens with.
 pub(super) fn tokens(region: &str) -> Option<&'static Tokens> {
-    TOKENS.iter().find(|t| region.starts_with(t.frame.section_begin) || region.starts_with(t.frame.call_begin))
+    TOKENS.iter().find(|t| {
+        region.starts_with(t.frame.section_begin) || region.starts_with(t.frame.call_begin)
+    })
 }
 
 impl Format for DeepseekV3 {
@@ -63,8 +69,12 @@ impl Format for DeepseekV3 {
     }
 
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
-        let Some(t) = tokens(region) else { return Step::Reject };
-        framed(region, ctx, &t.frame, |body, complete| call(body, t.sep, complete))
+        let Some(t) = tokens(region) else {
+            return Step::Reject;
+        };
+        framed(region, ctx, &t.frame, |body, complete| {
+            call(body, t.sep, complete)
+        })
     }
 }
 
@@ -82,10 +92,17 @@ fn call(body: &str, sep: &str, complete: bool) -> Option<RawCall> {
         return None;
     }
     let args = args.trim();
-    let args = args.strip_prefix("```json").or_else(|| args.strip_prefix("```")).unwrap_or(args);
+    let args = args
+        .strip_prefix("```json")
+        .or_else(|| args.strip_prefix("```"))
+        .unwrap_or(args);
     let args = args.strip_suffix("```").unwrap_or(args).trim();
     let args = if complete { args } else { whole_json(args)? };
-    Some(RawCall { name: name.to_string(), args: Args::Json(args.to_string()), id: None })
+    Some(RawCall {
+        name: name.to_string(),
+        args: Args::Json(args.to_string()),
+        id: None,
+    })
 }
 
 #[cfg(test)]
@@ -94,9 +111,20 @@ mod tests {
 
     #[test]
     fn reads_fenced_body() {
-        let c = call("function<｜tool▁sep｜>f\n```json\n{\"a\": \"```\"}\n```", "<｜tool▁sep｜>", true);
+        let c = call(
+            "function<｜tool▁sep｜>f\n```json\n{\"a\": \"```\"}\n```",
+            "<｜tool▁sep｜>",
+            true,
+        );
         assert_eq!(c, Some(RawCall::json("f", "{\"a\": \"```\"}")));
         assert_eq!(call("f<｜tool▁sep｜>{}", "<｜tool▁sep｜>", true), None);
-        assert_eq!(call("function<｜tool▁sep｜>f\n```json\n{\"a\": ", "<｜tool▁sep｜>", false), None);
+        assert_eq!(
+            call(
+                "function<｜tool▁sep｜>f\n```json\n{\"a\": ",
+                "<｜tool▁sep｜>",
+                false
+            ),
+            None
+        );
     }
 }

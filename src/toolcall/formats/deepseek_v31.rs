@@ -24,8 +24,12 @@ impl Format for DeepseekV31 {
     }
 
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
-        let Some(t) = tokens(region) else { return Step::Reject };
-        framed(region, ctx, &t.frame, |body, complete| call(body, t.sep, complete))
+        let Some(t) = tokens(region) else {
+            return Step::Reject;
+        };
+        framed(region, ctx, &t.frame, |body, complete| {
+            call(body, t.sep, complete)
+        })
     }
 }
 
@@ -37,7 +41,11 @@ fn call(body: &str, sep: &str, complete: bool) -> Option<RawCall> {
         return None;
     }
     let args = if complete { args } else { whole_json(args)? };
-    Some(RawCall { name: name.to_string(), args: Args::Json(args.to_string()), id: None })
+    Some(RawCall {
+        name: name.to_string(),
+        args: Args::Json(args.to_string()),
+        id: None,
+    })
 }
 
 #[cfg(test)]
@@ -47,8 +55,14 @@ mod tests {
     #[test]
     fn takes_only_bare_bodies() {
         let sep = "<｜tool▁sep｜>";
-        assert_eq!(call("f<｜tool▁sep｜>{\"a\": 1}", sep, true), Some(RawCall::json("f", "{\"a\": 1}")));
-        assert_eq!(call("function<｜tool▁sep｜>f\n```json\n{}\n```", sep, true), None);
+        assert_eq!(
+            call("f<｜tool▁sep｜>{\"a\": 1}", sep, true),
+            Some(RawCall::json("f", "{\"a\": 1}"))
+        );
+        assert_eq!(
+            call("function<｜tool▁sep｜>f\n```json\n{}\n```", sep, true),
+            None
+        );
         assert_eq!(call("f<｜tool▁sep｜>{\"a\": \"Xia", sep, false), None);
     }
 }

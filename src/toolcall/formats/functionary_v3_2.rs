@@ -55,7 +55,11 @@ impl Format for FunctionaryV32 {
     }
 
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
-        let from = if region.starts_with(PROMPT) { PROMPT.len() } else { 0 };
+        let from = if region.starts_with(PROMPT) {
+            PROMPT.len()
+        } else {
+            0
+        };
         let name_len = region.as_bytes()[from..]
             .iter()
             .position(|b| !(b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.')));
@@ -68,7 +72,10 @@ impl Format for FunctionaryV32 {
         let name = &region[from..nl];
         let body = nl + 1;
         match name {
-            "all" => Step::Done(Parsed { consumed: body, ..Default::default() }),
+            "all" => Step::Done(Parsed {
+                consumed: body,
+                ..Default::default()
+            }),
             "python" => python(region, body, ctx),
             _ => json(region, name, body, ctx),
         }
@@ -84,27 +91,48 @@ fn json(region: &str, name: &str, body: usize, ctx: &Ctx<'_>) -> Step {
         Some(_) => return Step::Reject,
     }
     let Some(end) = python_end(region, start) else {
-        return if ctx.eof { Step::Reject } else { Step::Need(Wait::Balanced { from: start }) };
+        return if ctx.eof {
+            Step::Reject
+        } else {
+            Step::Need(Wait::Balanced { from: start })
+        };
     };
     let call = RawCall::json(name, &region[start..end]);
-    Step::Done(Parsed { consumed: end, calls: vec![call], ..Default::default() })
+    Step::Done(Parsed {
+        consumed: end,
+        calls: vec![call],
+        ..Default::default()
+    })
 }
 
 fn python(region: &str, body: usize, ctx: &Ctx<'_>) -> Step {
     let end = match find(region, PROMPT, body) {
         Some(e) => e,
         None if ctx.eof => region.len(),
-        None => return Step::Need(Wait::Marker { marker: PROMPT, from: body }),
+        None => {
+            return Step::Need(Wait::Marker {
+                marker: PROMPT,
+                from: body,
+            });
+        }
     };
     let code = region[body..end].trim_end();
     if code.trim().is_empty() {
         return Step::Reject;
     }
-    let key = ctx.tools.schema("python").and_then(single_string_param).unwrap_or_else(|| "code".to_string());
+    let key = ctx
+        .tools
+        .schema("python")
+        .and_then(single_string_param)
+        .unwrap_or_else(|| "code".to_string());
     let mut args = Map::new();
     args.insert(key, Value::String(code.to_string()));
     let call = RawCall::value("python", Value::Object(args));
-    Step::Done(Parsed { consumed: end, calls: vec![call], ..Default::default() })
+    Step::Done(Parsed {
+        consumed: end,
+        calls: vec![call],
+        ..Default::default()
+    })
 }
 
 #[cfg(test)]
@@ -113,7 +141,11 @@ mod tests {
 
     #[test]
     fn start_bytes_are_letters() {
-        assert!(IDENT_START.contains(&b'z') && IDENT_START.contains(&b'Q') && IDENT_START.contains(&b'_'));
+        assert!(
+            IDENT_START.contains(&b'z')
+                && IDENT_START.contains(&b'Q')
+                && IDENT_START.contains(&b'_')
+        );
         assert!(!IDENT_START.contains(&b'['));
     }
 }

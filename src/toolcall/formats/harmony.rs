@@ -44,18 +44,35 @@ impl Format for Harmony {
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
         // A lone end token closes a streamed `final` message: drop it.
         if let Some(end) = ENDS.iter().find(|e| region.starts_with(**e)) {
-            return Step::Done(Parsed { consumed: end.len(), ..Default::default() });
+            return Step::Done(Parsed {
+                consumed: end.len(),
+                ..Default::default()
+            });
         }
         let Some(msg) = find(region, MESSAGE, 0) else {
-            return if ctx.eof { Step::Reject } else { Step::Need(Wait::Marker { marker: MESSAGE, from: 0 }) };
+            return if ctx.eof {
+                Step::Reject
+            } else {
+                Step::Need(Wait::Marker {
+                    marker: MESSAGE,
+                    from: 0,
+                })
+            };
         };
-        let Some(h) = Header::parse(&region[..msg]) else { return Step::Reject };
+        let Some(h) = Header::parse(&region[..msg]) else {
+            return Step::Reject;
+        };
         let body = msg + MESSAGE.len();
         let (recipient, analysis) = match (h.recipient, h.channel) {
             (Some(r), _) => (Some(r), false),
             (None, Some("analysis")) => (None, true),
             // Visible text: let it stream as ordinary text.
-            (None, _) => return Step::Done(Parsed { consumed: body, ..Default::default() }),
+            (None, _) => {
+                return Step::Done(Parsed {
+                    consumed: body,
+                    ..Default::default()
+                });
+            }
         };
         let (end, consumed) = match message_end(region, body) {
             End::At(end, consumed) => (end, consumed),
@@ -64,7 +81,11 @@ impl Format for Harmony {
         };
         let text = &region[body..end];
         if analysis {
-            return Step::Done(Parsed { consumed, reasoning: text.to_string(), ..Default::default() });
+            return Step::Done(Parsed {
+                consumed,
+                reasoning: text.to_string(),
+                ..Default::default()
+            });
         }
         let text = if end == region.len() && consumed == end {
             // Truncated call: only whole JSON arguments make a call.
@@ -82,8 +103,16 @@ impl Format for Harmony {
         } else {
             Args::Text(text.to_string())
         };
-        let call = RawCall { name: name.to_string(), args, id: None };
-        Step::Done(Parsed { consumed, calls: vec![call], ..Default::default() })
+        let call = RawCall {
+            name: name.to_string(),
+            args,
+            id: None,
+        };
+        Step::Done(Parsed {
+            consumed,
+            calls: vec![call],
+            ..Default::default()
+        })
     }
 }
 
@@ -107,7 +136,9 @@ impl<'a> Header<'a> {
         let channel_words = channel.map(|c| c.split(CONSTRAIN).flat_map(str::split_whitespace));
         let mut recipient = None;
         let mut name = None;
-        let words = role.split_whitespace().chain(channel_words.into_iter().flatten());
+        let words = role
+            .split_whitespace()
+            .chain(channel_words.into_iter().flatten());
         for w in words {
             if w.contains("<|") {
                 return None;
@@ -117,12 +148,18 @@ impl<'a> Header<'a> {
             }
         }
         if let Some(c) = channel {
-            name = c.split(CONSTRAIN).next().and_then(|c| c.split_whitespace().next());
+            name = c
+                .split(CONSTRAIN)
+                .next()
+                .and_then(|c| c.split_whitespace().next());
             if name.is_none_or(|n| n.starts_with("to=")) {
                 name = None;
             }
         }
-        Some(Header { channel: name, recipient: recipient.filter(|r| !r.is_empty()) })
+        Some(Header {
+            channel: name,
+            recipient: recipient.filter(|r| !r.is_empty()),
+        })
     }
 }
 
@@ -145,13 +182,20 @@ fn message_end(region: &str, body: usize) -> End {
         if tail.starts_with(START) || tail.starts_with(CHANNEL) {
             return End::At(p, p);
         }
-        if ENDS.iter().chain([START, CHANNEL].iter()).any(|t| t.len() > tail.len() && t.starts_with(tail)) {
+        if ENDS
+            .iter()
+            .chain([START, CHANNEL].iter())
+            .any(|t| t.len() > tail.len() && t.starts_with(tail))
+        {
             return End::Need(Wait::Len(region.len() + 1));
         }
         from = p + 2;
     }
     // A `<|` split across chunks may start at the last byte.
-    End::Need(Wait::Marker { marker: "<|", from: region.len().saturating_sub(1).max(from) })
+    End::Need(Wait::Marker {
+        marker: "<|",
+        from: region.len().saturating_sub(1).max(from),
+    })
 }
 
 #[cfg(test)]
@@ -160,7 +204,9 @@ mod tests {
 
     #[test]
     fn header_variants() {
-        let h = Header::parse("<|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json");
+        let h = Header::parse(
+            "<|start|>assistant<|channel|>commentary to=functions.f <|constrain|>json",
+        );
         assert!(h.is_some_and(|h| h.channel == Some("commentary") && h.recipient == Some("functions.f")));
         let h = Header::parse("<|start|>assistant to=functions.f<|channel|>commentary json");
         assert!(h.is_some_and(|h| h.channel == Some("commentary") && h.recipient == Some("functions.f")));

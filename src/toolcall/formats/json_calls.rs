@@ -71,10 +71,15 @@ fn calls_raw(raw: &RawValue) -> Option<Vec<RawCall>> {
 /// One call object, arguments kept as the model wrote them.
 fn call_raw(raw: &RawValue) -> Option<RawCall> {
     let m: HashMap<String, &RawValue> = serde_json::from_str(raw.get()).ok()?;
-    if let Some(f) = m.get("function").filter(|f| f.get().trim_start().starts_with('{')) {
+    if let Some(f) = m
+        .get("function")
+        .filter(|f| f.get().trim_start().starts_with('{'))
+    {
         return call_raw(f);
     }
-    let name = NAME_KEYS.iter().find_map(|k| serde_json::from_str::<String>(m.get(*k)?.get()).ok())?;
+    let name = NAME_KEYS
+        .iter()
+        .find_map(|k| serde_json::from_str::<String>(m.get(*k)?.get()).ok())?;
     let args = ARG_KEYS.iter().find_map(|k| m.get(*k));
     let keys = m.keys().map(String::as_str);
     shape(name, args.map(|a| a.get().to_string()), keys)
@@ -98,14 +103,24 @@ fn call_value(v: &Value) -> Option<RawCall> {
     if let Some(f) = m.get("function").filter(|f| f.is_object()) {
         return call_value(f);
     }
-    let name = NAME_KEYS.iter().find_map(|k| m.get(*k)?.as_str())?.to_string();
-    let args = ARG_KEYS.iter().find_map(|k| m.get(*k)).map(Value::to_string);
+    let name = NAME_KEYS
+        .iter()
+        .find_map(|k| m.get(*k)?.as_str())?
+        .to_string();
+    let args = ARG_KEYS
+        .iter()
+        .find_map(|k| m.get(*k))
+        .map(Value::to_string);
     shape(name, args, m.keys().map(String::as_str))
 }
 
 /// A call needs arguments, or nothing but its name (and type/id): that keeps
 /// `{"name": "Ada", "age": 36}` data rather than a call to `Ada`.
-fn shape<'a>(name: String, args: Option<String>, mut keys: impl Iterator<Item = &'a str>) -> Option<RawCall> {
+fn shape<'a>(
+    name: String,
+    args: Option<String>,
+    mut keys: impl Iterator<Item = &'a str>,
+) -> Option<RawCall> {
     if name.trim().is_empty() {
         return None;
     }
@@ -114,7 +129,11 @@ fn shape<'a>(name: String, args: Option<String>, mut keys: impl Iterator<Item = 
         None if keys.all(|k| NAME_KEYS.contains(&k) || SIDE_KEYS.contains(&k)) => Args::Empty,
         None => return None,
     };
-    Some(RawCall { name, args, id: None })
+    Some(RawCall {
+        name,
+        args,
+        id: None,
+    })
 }
 
 /// What a prefix of JSON text says about being a call.
@@ -176,13 +195,23 @@ pub fn fence(region: &str, ctx: &Ctx<'_>, at_start: bool) -> Step {
     // The language line: a short tag, then a newline.
     let tag = &region.as_bytes()[FENCE.len()..];
     let Some(nl) = tag.iter().position(|&b| b == b'\n') else {
-        if ctx.eof || tag.len() > LANG_MAX || !tag.iter().all(|b| b.is_ascii_alphanumeric() || b" \t\r_".contains(b)) {
+        if ctx.eof
+            || tag.len() > LANG_MAX
+            || !tag
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || b" \t\r_".contains(b))
+        {
             return Step::Reject;
         }
         return Step::Need(Wait::Len(region.len() + 1));
     };
-    let lang = region[FENCE.len()..FENCE.len() + nl].trim().to_ascii_lowercase();
-    if !matches!(lang.as_str(), "" | "json" | "json5" | "jsonc" | "tool_call" | "tool_calls") {
+    let lang = region[FENCE.len()..FENCE.len() + nl]
+        .trim()
+        .to_ascii_lowercase();
+    if !matches!(
+        lang.as_str(),
+        "" | "json" | "json5" | "jsonc" | "tool_call" | "tool_calls"
+    ) {
         return Step::Reject;
     }
     let body = skip_ws(region, FENCE.len() + nl + 1);
@@ -193,7 +222,11 @@ pub fn fence(region: &str, ctx: &Ctx<'_>, at_start: bool) -> Step {
         Some(_) => return Step::Reject,
     }
     let Some(end) = python_end(region, body) else {
-        return if ctx.eof { Step::Reject } else { Step::Need(Wait::Balanced { from: body }) };
+        return if ctx.eof {
+            Step::Reject
+        } else {
+            Step::Need(Wait::Balanced { from: body })
+        };
     };
     let after = skip_ws(region, end);
     let close = if region[after..].starts_with(FENCE) {
@@ -217,7 +250,11 @@ pub fn fence(region: &str, ctx: &Ctx<'_>, at_start: bool) -> Step {
         return Step::Need(Wait::NonSpaceAfter { from: close });
     }
     match calls_from_json(&region[body..end]) {
-        Some(calls) => Step::Done(Parsed { consumed: region.len(), calls, ..Default::default() }),
+        Some(calls) => Step::Done(Parsed {
+            consumed: region.len(),
+            calls,
+            ..Default::default()
+        }),
         None => Step::Reject,
     }
 }
@@ -238,7 +275,12 @@ pub struct Frame {
 /// At the end of output a call without its end token is offered to `body`
 /// with `complete == false`: it must then hold whole JSON arguments
 /// ([`whole_json`]), so no call is fabricated from a truncated one.
-pub fn framed(region: &str, ctx: &Ctx<'_>, f: &Frame, body: impl Fn(&str, bool) -> Option<RawCall>) -> Step {
+pub fn framed(
+    region: &str,
+    ctx: &Ctx<'_>,
+    f: &Frame,
+    body: impl Fn(&str, bool) -> Option<RawCall>,
+) -> Step {
     let mut i = 0;
     if region.starts_with(f.section_begin) {
         i = skip_ws(region, f.section_begin.len());
@@ -254,14 +296,23 @@ pub fn framed(region: &str, ctx: &Ctx<'_>, f: &Frame, body: impl Fn(&str, bool) 
     let start = i + f.call_begin.len();
     let Some(end) = find(region, f.call_end, start) else {
         if !ctx.eof {
-            return Step::Need(Wait::Marker { marker: f.call_end, from: start });
+            return Step::Need(Wait::Marker {
+                marker: f.call_end,
+                from: start,
+            });
         }
         return match body(&region[start..], false) {
-            Some(call) => Step::Done(Parsed { consumed: region.len(), calls: vec![call], ..Default::default() }),
+            Some(call) => Step::Done(Parsed {
+                consumed: region.len(),
+                calls: vec![call],
+                ..Default::default()
+            }),
             None => Step::Reject,
         };
     };
-    let Some(call) = body(&region[start..end], true) else { return Step::Reject };
+    let Some(call) = body(&region[start..end], true) else {
+        return Step::Reject;
+    };
     let after = end + f.call_end.len();
     let next = skip_ws(region, after);
     let tail = &region[next..];
@@ -276,7 +327,11 @@ pub fn framed(region: &str, ctx: &Ctx<'_>, f: &Frame, body: impl Fn(&str, bool) 
     } else {
         after
     };
-    Step::Done(Parsed { consumed, calls: vec![call], ..Default::default() })
+    Step::Done(Parsed {
+        consumed,
+        calls: vec![call],
+        ..Default::default()
+    })
 }
 
 /// The JSON value that opens `s` (after whitespace), if it is complete and
@@ -295,23 +350,40 @@ mod tests {
     use super::*;
 
     fn names(text: &str) -> Vec<String> {
-        calls_from_json(text).unwrap_or_default().into_iter().map(|c| c.name).collect()
+        calls_from_json(text)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|c| c.name)
+            .collect()
     }
 
     #[test]
     fn accepts_call_shapes() {
         assert_eq!(names(r#"{"name": "f", "arguments": {"a": 1}}"#), ["f"]);
         assert_eq!(names(r#"{"tool": "f", "parameters": {}}"#), ["f"]);
-        assert_eq!(names(r#"{"type": "function", "function": {"name": "f", "arguments": "{}"}}"#), ["f"]);
-        assert_eq!(names(r#"[{"name": "f", "arguments": {}}, {"name": "g"}]"#), ["f", "g"]);
-        assert_eq!(names(r#"{"tool_calls": [{"name": "f", "arguments": {}}]}"#), ["f"]);
-        assert_eq!(names(r#"{"tool_call": {"name": "f", "arguments": {}}}"#), ["f"]);
+        assert_eq!(
+            names(r#"{"type": "function", "function": {"name": "f", "arguments": "{}"}}"#),
+            ["f"]
+        );
+        assert_eq!(
+            names(r#"[{"name": "f", "arguments": {}}, {"name": "g"}]"#),
+            ["f", "g"]
+        );
+        assert_eq!(
+            names(r#"{"tool_calls": [{"name": "f", "arguments": {}}]}"#),
+            ["f"]
+        );
+        assert_eq!(
+            names(r#"{"tool_call": {"name": "f", "arguments": {}}}"#),
+            ["f"]
+        );
         assert_eq!(names(r#"{'name': 'f', 'arguments': {'a': True},}"#), ["f"]);
     }
 
     #[test]
     fn keeps_argument_bytes() {
-        let calls = calls_from_json(r#"{"name": "f", "arguments": {"a":  "é"}}"#).unwrap_or_default();
+        let calls =
+            calls_from_json(r#"{"name": "f", "arguments": {"a":  "é"}}"#).unwrap_or_default();
         assert_eq!(calls[0].args, Args::Json(r#"{"a":  "é"}"#.into()));
     }
 

@@ -39,7 +39,9 @@ fn call(body: &str, complete: bool) -> Option<RawCall> {
     let (id, args) = body.split_once(ARGS)?;
     let id = id.trim();
     let (name, indexed) = match id.rsplit_once(':') {
-        Some((name, idx)) if !idx.is_empty() && idx.bytes().all(|b| b.is_ascii_digit()) => (name, true),
+        Some((name, idx)) if !idx.is_empty() && idx.bytes().all(|b| b.is_ascii_digit()) => {
+            (name, true)
+        }
         _ => (id, false),
     };
     let name = name.strip_prefix("functions.").unwrap_or(name);
@@ -62,7 +64,17 @@ mod tests {
     #[test]
     fn keeps_the_id() {
         let c = call("functions.a.b:12<|tool_call_argument_begin|>{}", true);
-        assert_eq!(c, Some(RawCall { name: "a.b".into(), args: Args::Json("{}".into()), id: Some("functions.a.b:12".into()) }));
-        assert_eq!(call("get<|tool_call_argument_begin|>{}", true).and_then(|c| c.id), None);
+        assert_eq!(
+            c,
+            Some(RawCall {
+                name: "a.b".into(),
+                args: Args::Json("{}".into()),
+                id: Some("functions.a.b:12".into())
+            })
+        );
+        assert_eq!(
+            call("get<|tool_call_argument_begin|>{}", true).and_then(|c| c.id),
+            None
+        );
     }
 }

@@ -34,7 +34,7 @@ impl Format for Pythonic {
     }
 
     fn start_bytes(&self) -> &'static [u8] {
-        &[b'[']
+        b"["
     }
 
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
@@ -53,7 +53,10 @@ impl Format for Pythonic {
 
 /// `[call, …]` at `open`, then an optional `<|python_end|>`.
 fn list(region: &str, open: usize, ctx: &Ctx<'_>) -> Step {
-    let mut p = Py { s: region.as_bytes(), i: open + 1 };
+    let mut p = Py {
+        s: region.as_bytes(),
+        i: open + 1,
+    };
     let calls = match p.calls(Some(b']')) {
         Ok(calls) => calls,
         Err(Fail::Bad) => return Step::Reject,
@@ -61,7 +64,11 @@ fn list(region: &str, open: usize, ctx: &Ctx<'_>) -> Step {
         // Until the first `(` the region may still be prose: wait byte by
         // byte (bounded by NAME_MAX); after it, wait for the list to close.
         Err(Fail::Eof) if !region[open..].contains('(') => {
-            return if region.len() - open > NAME_MAX { Step::Reject } else { Step::Need(Wait::Len(region.len() + 1)) };
+            return if region.len() - open > NAME_MAX {
+                Step::Reject
+            } else {
+                Step::Need(Wait::Len(region.len() + 1))
+            };
         }
         Err(Fail::Eof) => {
             // The engine's bracket matcher agrees with `python_end`; if that
@@ -84,7 +91,11 @@ fn list(region: &str, open: usize, ctx: &Ctx<'_>) -> Step {
             return Step::Need(Wait::Len(after + END.len()));
         }
     }
-    Step::Done(Parsed { consumed, calls, ..Default::default() })
+    Step::Done(Parsed {
+        consumed,
+        calls,
+        ..Default::default()
+    })
 }
 
 /// `<|python_start|>f(a=1), g()<|python_end|>` without brackets.
@@ -92,11 +103,23 @@ fn bare_calls(region: &str, body: usize, ctx: &Ctx<'_>) -> Step {
     let (text, consumed) = match find(region, END, body) {
         Some(e) => (&region[body..e], e + END.len()),
         None if ctx.eof => (&region[body..], region.len()),
-        None => return Step::Need(Wait::Marker { marker: END, from: body }),
+        None => {
+            return Step::Need(Wait::Marker {
+                marker: END,
+                from: body,
+            });
+        }
     };
-    let mut p = Py { s: text.as_bytes(), i: 0 };
+    let mut p = Py {
+        s: text.as_bytes(),
+        i: 0,
+    };
     match p.calls(None) {
-        Ok(calls) if p.i == text.len() => Step::Done(Parsed { consumed, calls, ..Default::default() }),
+        Ok(calls) if p.i == text.len() => Step::Done(Parsed {
+            consumed,
+            calls,
+            ..Default::default()
+        }),
         _ => Step::Reject,
     }
 }
@@ -172,7 +195,11 @@ impl Py<'_> {
         loop {
             if self.peek()? == b')' {
                 self.i += 1;
-                return Ok(RawCall { name, args: Args::Value(Value::Object(args)), id: None });
+                return Ok(RawCall {
+                    name,
+                    args: Args::Value(Value::Object(args)),
+                    id: None,
+                });
             }
             let key = self.ident()?;
             self.eat(b'=')?;
@@ -189,7 +216,9 @@ impl Py<'_> {
     fn ident(&mut self) -> R<String> {
         self.ws();
         let start = self.i;
-        while self.i < self.s.len() && (self.s[self.i].is_ascii_alphanumeric() || self.s[self.i] == b'_') {
+        while self.i < self.s.len()
+            && (self.s[self.i].is_ascii_alphanumeric() || self.s[self.i] == b'_')
+        {
             self.i += 1;
         }
         if self.i == self.s.len() {
@@ -253,7 +282,11 @@ impl Py<'_> {
         loop {
             if self.peek()? == b'}' {
                 self.i += 1;
-                return Ok(if set.is_empty() { Value::Object(map) } else { Value::Array(set) });
+                return Ok(if set.is_empty() {
+                    Value::Object(map)
+                } else {
+                    Value::Array(set)
+                });
             }
             let k = self.value()?;
             if self.peek()? == b':' {
@@ -282,18 +315,31 @@ impl Py<'_> {
 
     fn number(&mut self) -> R<Value> {
         let start = self.i;
-        while self.i < self.s.len() && matches!(self.s[self.i], b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-' | b'_') {
+        while self.i < self.s.len()
+            && matches!(
+                self.s[self.i],
+                b'0'..=b'9' | b'.' | b'e' | b'E' | b'+' | b'-' | b'_'
+            )
+        {
             self.i += 1;
         }
         if self.i == self.s.len() {
             return Err(Fail::Eof);
         }
-        let t: String = self.s[start..self.i].iter().filter(|&&b| b != b'_').map(|&b| b as char).collect();
+        let t: String = self.s[start..self.i]
+            .iter()
+            .filter(|&&b| b != b'_')
+            .map(|&b| b as char)
+            .collect();
         let t = t.strip_prefix('+').unwrap_or(&t);
         if let Ok(n) = t.parse::<i64>() {
             return Ok(Value::from(n));
         }
-        t.parse::<f64>().ok().and_then(Number::from_f64).map(Value::Number).ok_or(Fail::Bad)
+        t.parse::<f64>()
+            .ok()
+            .and_then(Number::from_f64)
+            .map(Value::Number)
+            .ok_or(Fail::Bad)
     }
 
     /// A quoted string (single, double or triple quotes) with Python escapes.
@@ -303,7 +349,9 @@ impl Py<'_> {
         self.i += if triple { 3 } else { 1 };
         let mut out = Vec::new();
         loop {
-            let Some(&b) = self.s.get(self.i) else { return Err(Fail::Eof) };
+            let Some(&b) = self.s.get(self.i) else {
+                return Err(Fail::Eof);
+            };
             if b == q && (!triple || self.s[self.i..].starts_with(&[q, q, q])) {
                 self.i += if triple { 3 } else { 1 };
                 return String::from_utf8(out).map_err(|_| Fail::Bad);
@@ -313,7 +361,9 @@ impl Py<'_> {
                 out.push(b);
                 continue;
             }
-            let Some(&e) = self.s.get(self.i) else { return Err(Fail::Eof) };
+            let Some(&e) = self.s.get(self.i) else {
+                return Err(Fail::Eof);
+            };
             self.i += 1;
             match e {
                 b'n' => out.push(b'\n'),
@@ -350,7 +400,10 @@ mod tests {
     use serde_json::json;
 
     fn read(s: &str) -> R<Vec<(String, Value)>> {
-        let mut p = Py { s: s.as_bytes(), i: 1 };
+        let mut p = Py {
+            s: s.as_bytes(),
+            i: 1,
+        };
         let calls = p.calls(Some(b']'))?;
         Ok(calls
             .into_iter()
@@ -363,11 +416,16 @@ mod tests {
 
     #[test]
     fn reads_python_literals() {
-        let got = read(r#"[f(a='x\'y', b=-2.5, c=(1, 2), d={'k': None, 1: True}, e={3}, g="""q"""), h.i()]"#);
+        let got = read(
+            r#"[f(a='x\'y', b=-2.5, c=(1, 2), d={'k': None, 1: True}, e={3}, g="""q"""), h.i()]"#,
+        );
         assert_eq!(
             got,
             Ok(vec![
-                ("f".into(), json!({"a": "x'y", "b": -2.5, "c": [1, 2], "d": {"k": null, "1": true}, "e": [3], "g": "q"})),
+                (
+                    "f".into(),
+                    json!({"a": "x'y", "b": -2.5, "c": [1, 2], "d": {"k": null, "1": true}, "e": [3], "g": "q"})
+                ),
                 ("h.i".into(), json!({})),
             ])
         );

@@ -64,7 +64,10 @@ fn eof(region: &str) -> Step {
 /// A thought followed by anything else is text (an action is its own region).
 fn thought(region: &str) -> Step {
     let Some(nl) = find(region, "\n", THOUGHT.len()) else {
-        return Step::Need(Wait::Marker { marker: "\n", from: THOUGHT.len() });
+        return Step::Need(Wait::Marker {
+            marker: "\n",
+            from: THOUGHT.len(),
+        });
     };
     let next = skip_ws(region, nl + 1);
     let tail = &region[next..];
@@ -72,7 +75,11 @@ fn thought(region: &str) -> Step {
         return Step::Need(Wait::NonSpaceAfter { from: nl + 1 });
     }
     if !tail.starts_with(FINAL) {
-        return if FINAL.starts_with(tail) { Step::Need(Wait::Len(next + FINAL.len())) } else { Step::Reject };
+        return if FINAL.starts_with(tail) {
+            Step::Need(Wait::Len(next + FINAL.len()))
+        } else {
+            Step::Reject
+        };
     }
     // Wait for the answer's first byte so the same spaces are cut however
     // the text is chunked (at the end of output `eof` takes what is there).
@@ -81,7 +88,11 @@ fn thought(region: &str) -> Step {
         return Step::Need(Wait::NonSpaceAfter { from: answer });
     }
     let reasoning = region[THOUGHT.len()..nl].trim().to_string();
-    Step::Done(Parsed { consumed: answer, reasoning, ..Default::default() })
+    Step::Done(Parsed {
+        consumed: answer,
+        reasoning,
+        ..Default::default()
+    })
 }
 
 /// Matches `Action\s*\d*\s*:` (`input == false`) or
@@ -128,7 +139,10 @@ fn action(region: &str) -> Step {
         Err(false) => return Step::Reject,
     };
     let Some(nl) = find(region, "\n", name_at) else {
-        return Step::Need(Wait::Marker { marker: "\n", from: name_at });
+        return Step::Need(Wait::Marker {
+            marker: "\n",
+            from: name_at,
+        });
     };
     let name = region[name_at..nl].trim().trim_matches(['`', '"', '\'']);
     if name.is_empty() || name.contains(char::is_whitespace) {
@@ -159,16 +173,34 @@ fn action_name(region: &str) -> &str {
 fn input(region: &str, k: usize, eof: bool) -> Step {
     let name = action_name(region).to_string();
     let start = skip_ws(region, k);
-    let done = |consumed, args| Step::Done(Parsed { consumed, calls: vec![RawCall { name, args, id: None }], ..Default::default() });
+    let done = |consumed, args| {
+        Step::Done(Parsed {
+            consumed,
+            calls: vec![RawCall {
+                name,
+                args,
+                id: None,
+            }],
+            ..Default::default()
+        })
+    };
     if byte_at(region, start) == Some(b'{') {
         let Some(end) = python_end(region, start) else {
-            return if eof { Step::Reject } else { Step::Need(Wait::Balanced { from: start }) };
+            return if eof {
+                Step::Reject
+            } else {
+                Step::Need(Wait::Balanced { from: start })
+            };
         };
         let args = Args::Json(region[start..end].to_string());
         let next = skip_ws(region, end);
         let tail = &region[next..];
         if tail.starts_with(OBSERVATION) {
-            return if eof { done(region.len(), args) } else { Step::Need(Wait::Eof) };
+            return if eof {
+                done(region.len(), args)
+            } else {
+                Step::Need(Wait::Eof)
+            };
         }
         if !eof && OBSERVATION.starts_with(tail) {
             return if tail.is_empty() {
@@ -186,7 +218,11 @@ fn input(region: &str, k: usize, eof: bool) -> Step {
     }
     let end = find(region, OBSERVATION, start).unwrap_or(region.len());
     let text = region[start..end].trim().trim_matches('"').trim();
-    let args = if text.is_empty() { Args::Empty } else { Args::Text(text.to_string()) };
+    let args = if text.is_empty() {
+        Args::Empty
+    } else {
+        Args::Text(text.to_string())
+    };
     done(region.len(), args)
 }
 
