@@ -180,8 +180,9 @@ pub fn looks_like_call(s: &str, from: usize) -> Looks {
     }
 }
 
-/// Longest language tag accepted on a fence line.
-const LANG_MAX: usize = 16;
+/// Fence language tags that may hold a call; any other tag (`python`,
+/// `bash` …) is text as soon as it diverges from these.
+const TAGS: &[&str] = &["", "json", "json5", "jsonc", "tool_call", "tool_calls"];
 
 /// A markdown fence (```` ``` ````, ```` ```json ````) whose body is a JSON call
 /// value, accepted only as the final element of the output: a fence with
@@ -192,26 +193,17 @@ pub fn fence(region: &str, ctx: &Ctx<'_>, at_start: bool) -> Step {
     if at_start && !ctx.at_start {
         return Step::Reject;
     }
-    // The language line: a short tag, then a newline.
-    let tag = &region.as_bytes()[FENCE.len()..];
-    let Some(nl) = tag.iter().position(|&b| b == b'\n') else {
-        if ctx.eof
-            || tag.len() > LANG_MAX
-            || !tag
-                .iter()
-                .all(|b| b.is_ascii_alphanumeric() || b" \t\r_".contains(b))
-        {
+    // The language line: a known tag, then a newline.
+    let line = &region[FENCE.len()..];
+    let nl = line.find('\n');
+    let tag = line[..nl.unwrap_or(line.len())].trim().to_ascii_lowercase();
+    let Some(nl) = nl else {
+        if ctx.eof || !TAGS.iter().any(|t| t.starts_with(tag.as_str())) || line.len() > 32 {
             return Step::Reject;
         }
         return Step::Need(Wait::Len(region.len() + 1));
     };
-    let lang = region[FENCE.len()..FENCE.len() + nl]
-        .trim()
-        .to_ascii_lowercase();
-    if !matches!(
-        lang.as_str(),
-        "" | "json" | "json5" | "jsonc" | "tool_call" | "tool_calls"
-    ) {
+    if !TAGS.contains(&tag.as_str()) {
         return Step::Reject;
     }
     let body = skip_ws(region, FENCE.len() + nl + 1);
