@@ -129,10 +129,11 @@ async fn serve(flag: Option<PathBuf>, listen: Option<String>, json_logs: bool) -
     // The demo provider replays bundled fixtures from an in-process server.
     let demo = config.providers.iter_mut().find(|(n, p)| p.profile.as_deref().unwrap_or(n) == "demo");
     if let Some((_, pc)) = demo
-        && pc.base_url.is_none() {
-            let addr = crate::fixture::spawn(Arc::new(Replay::demo()), "127.0.0.1:0").await?;
-            pc.base_url = Some(format!("http://{addr}/v1"));
-        }
+        && pc.base_url.is_none()
+    {
+        let addr = crate::fixture::spawn(Arc::new(Replay::demo()), "127.0.0.1:0").await?;
+        pc.base_url = Some(format!("http://{addr}/v1"));
+    }
     let state = AppState::new(&config, &profiles)?;
     let addr = listen.or(config.listen.clone()).unwrap_or_else(|| "127.0.0.1:8787".into());
     let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;

@@ -169,9 +169,10 @@ impl Providers {
             by_name.insert(name.clone(), Arc::new(provider));
         }
         if let Some(d) = &config.default_provider
-            && !by_name.contains_key(d) {
-                return Err(ConfigError::Invalid(format!("default_provider {d:?} is not a configured provider")));
-            }
+            && !by_name.contains_key(d)
+        {
+            return Err(ConfigError::Invalid(format!("default_provider {d:?} is not a configured provider")));
+        }
         Ok(Providers { by_name, aliases: config.models.clone(), default: config.default_provider.clone() })
     }
 
@@ -192,9 +193,10 @@ impl Providers {
     pub fn route(&self, model: &str) -> Option<Route> {
         let target = self.aliases.get(model).map_or(model, String::as_str);
         if let Some((prefix, rest)) = target.split_once('/')
-            && let Some(p) = self.by_name.get(prefix) {
-                return Some(Route { provider: p.clone(), model: rest.to_string() });
-            }
+            && let Some(p) = self.by_name.get(prefix)
+        {
+            return Some(Route { provider: p.clone(), model: rest.to_string() });
+        }
         let p = self.default.as_ref().and_then(|d| self.by_name.get(d))?;
         Some(Route { provider: p.clone(), model: target.to_string() })
     }

@@ -21,9 +21,10 @@ pub fn normalize(req: &mut ChatRequest, profile: &Profile, model: &str) -> Plan 
     let q = &profile.request;
     for m in &mut req.messages {
         if m.role == "developer"
-            && let Some(role) = &q.developer_role {
-                m.role = role.clone();
-            }
+            && let Some(role) = &q.developer_role
+        {
+            m.role = role.clone();
+        }
         if q.flatten_text_parts {
             flatten_text_parts(m);
         }

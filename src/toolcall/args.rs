@@ -74,9 +74,10 @@ pub fn repair(text: &str) -> Option<String> {
 fn text_arguments(text: &str, schema: Option<&Value>) -> Option<String> {
     let t = text.trim();
     if t.starts_with('{')
-        && let Some(a) = json_arguments(t) {
-            return Some(a);
-        }
+        && let Some(a) = json_arguments(t)
+    {
+        return Some(a);
+    }
     let key = schema.and_then(typing::single_string_param).unwrap_or_else(|| "input".to_string());
     let mut m = Map::new();
     m.insert(key, Value::String(t.to_string()));

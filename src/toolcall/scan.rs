@@ -124,9 +124,10 @@ pub fn call_object_raw(text: &str) -> Option<(String, Option<String>)> {
         arguments: Option<&'a serde_json::value::RawValue>,
     }
     if let Ok(r) = serde_json::from_str::<Raw<'_>>(text)
-        && let Some(name) = r.name.and_then(|n| serde_json::from_str::<String>(n.get()).ok()) {
-            return Some((name, r.arguments.map(|a| a.get().to_string())));
-        }
+        && let Some(name) = r.name.and_then(|n| serde_json::from_str::<String>(n.get()).ok())
+    {
+        return Some((name, r.arguments.map(|a| a.get().to_string())));
+    }
     let v: serde_json::Value = serde_json::from_str(text).ok()?;
     call_object(&v)
 }

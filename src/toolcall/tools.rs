@@ -53,10 +53,12 @@ impl ToolIndex {
             return None;
         }
         if self.open {
-            // Without declarations, at least demand a function-like name
-            // (a repaired `{"name": ...}` in prose is no call).
-            let ok =
-                name.len() <= 64 && name.chars().all(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ':'));
+            // Without declarations, accept only what could be a function name
+            // (OpenAI's `[A-Za-z0-9_-]{1,64}`, plus `.` for namespaced tools),
+            // so placeholders like `...` in explained markup stay text.
+            let ok = name.len() <= 64
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+                && name.bytes().any(|b| b.is_ascii_alphanumeric());
             return ok.then_some(name);
         }
         if let Some((n, _)) = self.tools.iter().find(|(n, _)| n == name) {
@@ -73,9 +75,7 @@ impl ToolIndex {
 }
 
 fn loose_eq(a: &str, b: &str) -> bool {
-    let norm = |c: char| {
-        if c == '-' { '_' } else { c.to_ascii_lowercase() }
-    };
+    let norm = |c: char| if c == '-' { '_' } else { c.to_ascii_lowercase() };
     a.len() == b.len() && a.chars().map(norm).eq(b.chars().map(norm))
 }
 
@@ -92,6 +92,8 @@ mod tests {
         assert_eq!(idx.resolve(" get_weather\n"), Some("get_weather"));
         assert_eq!(idx.resolve("get_weathers"), None);
         assert_eq!(ToolIndex::open().resolve("anything"), Some("anything"));
+        assert_eq!(ToolIndex::open().resolve("..."), None);
+        assert_eq!(ToolIndex::open().resolve("two words"), None);
         assert_eq!(ToolIndex::default().resolve("anything"), None);
     }
 }

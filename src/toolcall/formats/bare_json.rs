@@ -1,6 +1,16 @@
-//! PLACEHOLDER: bare_json is being written; it rejects every region until then.
+//! Bare JSON calls (Ollama-style templates, small models) and Salesforce
+//! xLAM (`xlam` alias): the *whole* output is a call object or an array of
+//! them, `[{"name": "get_weather", "arguments": {"city": "Lagos"}}]`, with the
+//! key spellings of [`json_calls`](super::json_calls) — possibly inside a
+//! ```` ```json ```` fence that is the whole output (xLAM does both).
+//!
+//! JSON without a call shape (a `response_format` answer) is content, and an
+//! object whose first key is no call key is released at once instead of
+//! being held to its end.
 
-use crate::toolcall::{Ctx, Format, Step};
+use super::json_calls::{Looks, calls_from_json, fence, looks_like_call};
+use crate::toolcall::scan::{python_end, skip_ws};
+use crate::toolcall::{Ctx, Format, Parsed, Step, Wait};
 
 pub struct BareJson;
 
@@ -10,14 +20,39 @@ impl Format for BareJson {
     }
 
     fn markers(&self) -> &'static [&'static str] {
-        &[]
+        &["```"]
     }
 
     fn start_bytes(&self) -> &'static [u8] {
         b"{["
     }
 
-    fn parse(&self, _region: &str, _ctx: &Ctx<'_>) -> Step {
-        Step::Reject
+    fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
+        if region.starts_with("```") {
+            return fence(region, ctx, true);
+        }
+        if !ctx.at_start {
+            return Step::Reject;
+        }
+        match looks_like_call(region, 0) {
+            Looks::No => return Step::Reject,
+            Looks::More if ctx.eof => return Step::Reject,
+            Looks::More => return Step::Need(Wait::Len(region.len() + 1)),
+            Looks::Yes => {}
+        }
+        let Some(end) = python_end(region, 0) else {
+            return if ctx.eof { Step::Reject } else { Step::Need(Wait::Balanced { from: 0 }) };
+        };
+        // The call must be the whole output.
+        if skip_ws(region, end) < region.len() {
+            return Step::Reject;
+        }
+        if !ctx.eof {
+            return Step::Need(Wait::NonSpaceAfter { from: end });
+        }
+        match calls_from_json(&region[..end]) {
+            Some(calls) => Step::Done(Parsed { consumed: region.len(), calls, ..Default::default() }),
+            None => Step::Reject,
+        }
     }
 }

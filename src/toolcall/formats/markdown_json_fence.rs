@@ -1,5 +1,19 @@
-//! PLACEHOLDER: markdown_json_fence is being written; it rejects every region until then.
+//! Generic fallback for instruct models prompted with tools in the system
+//! prompt (Gemma 2/3, Phi-3/4, older Llama, small Qwen): a markdown fence
+//!
+//! ````text
+//! ```json
+//! {"name": "get_weather", "arguments": {"city": "Accra"}}
+//! ```
+//! ````
+//!
+//! (or a bare ```` ``` ```` fence) whose body is a call object, an array of
+//! them, `{"tool_calls": […]}` or `{"tool_call": {…}}`. Models also use fences
+//! to *explain* the format, so a fence is a call only when it is the final
+//! element of the output; prose after it keeps the whole fence as text, and
+//! fences in other languages (```` ```python ````) are text at once.
 
+use super::json_calls::fence;
 use crate::toolcall::{Ctx, Format, Step};
 
 pub struct MarkdownJsonFence;
@@ -13,7 +27,7 @@ impl Format for MarkdownJsonFence {
         &["```"]
     }
 
-    fn parse(&self, _region: &str, _ctx: &Ctx<'_>) -> Step {
-        Step::Reject
+    fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
+        fence(region, ctx, false)
     }
 }

@@ -23,6 +23,7 @@ mod hermes;
 mod hunyuan_a13b;
 mod hunyuan_v3;
 mod internlm2;
+mod json_calls;
 mod kimi_k2;
 mod llama3_json;
 mod markdown_json_fence;

@@ -1,0 +1,339 @@
+//! Shared logic for formats whose calls are plain JSON call objects with no
+//! special tokens around them (bare JSON, xLAM arrays, markdown ```json
+//! fences): the accepted call shapes, the markdown fence, and the framing of
+//! special-token formats that wrap one call per `BEGIN … END` pair (DeepSeek,
+//! Kimi).
+//!
+//! Accepted shapes: a call object (`name`/`function`/`tool`/`tool_name` plus
+//! `arguments`/`parameters`/`args`/`input`, or the OpenAI shape
+//! `{"type":"function","function":{…}}`), an array of call objects, and
+//! llama.cpp's generic `{"tool_calls":[…]}` / `{"tool_call":{…}}`.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::toolcall::scan::{byte_at, find, python_end, skip_ws};
+use crate::toolcall::{Args, Ctx, Parsed, RawCall, Step, Wait};
+
+const NAME_KEYS: &[&str] = &["name", "function", "tool", "tool_name"];
+const ARG_KEYS: &[&str] = &["arguments", "parameters", "args", "input"];
+/// Keys a call object may carry besides its name when it has no arguments.
+const SIDE_KEYS: &[&str] = &["type", "id", "call_id", "tool_call_id"];
+/// Keys that may open a call object; anything else as the first key means
+/// the JSON is data (a `response_format` answer), so it can stream at once.
+const FIRST_KEYS: &[&str] = &[
+    "name",
+    "function",
+    "tool",
+    "tool_name",
+    "arguments",
+    "parameters",
+    "args",
+    "input",
+    "type",
+    "id",
+    "call_id",
+    "tool_call_id",
+    "tool_calls",
+    "tool_call",
+];
+
+/// Reads the calls out of one complete JSON value (object or array). Valid
+/// JSON keeps the model's argument bytes; damaged JSON is repaired first.
+/// `None` when the value is not entirely made of calls.
+pub fn calls_from_json(text: &str) -> Option<Vec<RawCall>> {
+    let text = text.trim();
+    let calls = match serde_json::from_str::<&RawValue>(text) {
+        Ok(raw) => calls_raw(raw)?,
+        Err(_) => calls_value(&llm_json::loads(text, &llm_json::RepairOptions::default()).ok()?)?,
+    };
+    (!calls.is_empty()).then_some(calls)
+}
+
+fn calls_raw(raw: &RawValue) -> Option<Vec<RawCall>> {
+    let t = raw.get().trim_start();
+    if t.starts_with('[') {
+        let items: Vec<&RawValue> = serde_json::from_str(t).ok()?;
+        return items.into_iter().map(call_raw).collect();
+    }
+    let m: HashMap<String, &RawValue> = serde_json::from_str(t).ok()?;
+    if let Some(list) = m.get("tool_calls") {
+        return calls_raw(list).filter(|_| list.get().trim_start().starts_with('['));
+    }
+    if let Some(one) = m.get("tool_call") {
+        return Some(vec![call_raw(one)?]);
+    }
+    Some(vec![call_raw(raw)?])
+}
+
+/// One call object, arguments kept as the model wrote them.
+fn call_raw(raw: &RawValue) -> Option<RawCall> {
+    let m: HashMap<String, &RawValue> = serde_json::from_str(raw.get()).ok()?;
+    if let Some(f) = m.get("function").filter(|f| f.get().trim_start().starts_with('{')) {
+        return call_raw(f);
+    }
+    let name = NAME_KEYS.iter().find_map(|k| serde_json::from_str::<String>(m.get(*k)?.get()).ok())?;
+    let args = ARG_KEYS.iter().find_map(|k| m.get(*k));
+    let keys = m.keys().map(String::as_str);
+    shape(name, args.map(|a| a.get().to_string()), keys)
+}
+
+fn calls_value(v: &Value) -> Option<Vec<RawCall>> {
+    match v {
+        Value::Array(items) => items.iter().map(call_value).collect(),
+        Value::Object(m) => match (m.get("tool_calls"), m.get("tool_call")) {
+            (Some(Value::Array(items)), _) => items.iter().map(call_value).collect(),
+            (Some(_), _) => None,
+            (None, Some(one)) => Some(vec![call_value(one)?]),
+            (None, None) => Some(vec![call_value(v)?]),
+        },
+        _ => None,
+    }
+}
+
+fn call_value(v: &Value) -> Option<RawCall> {
+    let m = v.as_object()?;
+    if let Some(f) = m.get("function").filter(|f| f.is_object()) {
+        return call_value(f);
+    }
+    let name = NAME_KEYS.iter().find_map(|k| m.get(*k)?.as_str())?.to_string();
+    let args = ARG_KEYS.iter().find_map(|k| m.get(*k)).map(Value::to_string);
+    shape(name, args, m.keys().map(String::as_str))
+}
+
+/// A call needs arguments, or nothing but its name (and type/id): that keeps
+/// `{"name": "Ada", "age": 36}` data rather than a call to `Ada`.
+fn shape<'a>(name: String, args: Option<String>, mut keys: impl Iterator<Item = &'a str>) -> Option<RawCall> {
+    if name.trim().is_empty() {
+        return None;
+    }
+    let args = match args {
+        Some(a) => Args::Json(a),
+        None if keys.all(|k| NAME_KEYS.contains(&k) || SIDE_KEYS.contains(&k)) => Args::Empty,
+        None => return None,
+    };
+    Some(RawCall { name, args, id: None })
+}
+
+/// What a prefix of JSON text says about being a call.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Looks {
+    Yes,
+    No,
+    /// Not enough text yet.
+    More,
+}
+
+/// Checks the opening of a JSON value at `from` cheaply, so JSON data that is
+/// clearly no call is released without waiting for its end: an array must
+/// hold objects, and an object's first key must be a call key.
+pub fn looks_like_call(s: &str, from: usize) -> Looks {
+    let mut i = skip_ws(s, from);
+    match byte_at(s, i) {
+        None => return Looks::More,
+        Some(b'[') => {
+            i = skip_ws(s, i + 1);
+            match byte_at(s, i) {
+                None => return Looks::More,
+                Some(b'{') => {}
+                Some(_) => return Looks::No,
+            }
+        }
+        Some(b'{') => {}
+        Some(_) => return Looks::No,
+    }
+    i = skip_ws(s, i + 1);
+    match byte_at(s, i) {
+        None => return Looks::More,
+        // Single-quoted keys are repairable damage: decide at the end.
+        Some(b'"' | b'\'') => {}
+        Some(_) => return Looks::No,
+    }
+    let key = &s.as_bytes()[i + 1..];
+    let longest = FIRST_KEYS.iter().map(|k| k.len()).max().unwrap_or(0);
+    match key.iter().position(|b| matches!(b, b'"' | b'\'' | b'\\')) {
+        Some(n) if FIRST_KEYS.iter().any(|k| k.as_bytes() == &key[..n]) => Looks::Yes,
+        Some(_) => Looks::No,
+        None if key.len() > longest => Looks::No,
+        None => Looks::More,
+    }
+}
+
+/// Fence language tags that may hold a call; any other tag (`python`,
+/// `bash` …) is text as soon as it diverges from these.
+const TAGS: &[&str] = &["", "json", "json5", "jsonc", "tool_call", "tool_calls"];
+
+/// A markdown fence (```` ``` ````, ```` ```json ````) whose body is a JSON call
+/// value, accepted only as the final element of the output: a fence with
+/// prose after it is an explanation and stays text. With `at_start` the
+/// fence must also open the output (bare JSON wrapped in a fence).
+pub fn fence(region: &str, ctx: &Ctx<'_>, at_start: bool) -> Step {
+    const FENCE: &str = "```";
+    if at_start && !ctx.at_start {
+        return Step::Reject;
+    }
+    // The language line: a known tag, then a newline.
+    let line = &region[FENCE.len()..];
+    let nl = line.find('\n');
+    let tag = line[..nl.unwrap_or(line.len())].trim().to_ascii_lowercase();
+    let Some(nl) = nl else {
+        if ctx.eof || !TAGS.iter().any(|t| t.starts_with(tag.as_str())) || line.len() > 32 {
+            return Step::Reject;
+        }
+        return Step::Need(Wait::Len(region.len() + 1));
+    };
+    if !TAGS.contains(&tag.as_str()) {
+        return Step::Reject;
+    }
+    let body = skip_ws(region, FENCE.len() + nl + 1);
+    match byte_at(region, body) {
+        None if ctx.eof => return Step::Reject,
+        None => return Step::Need(Wait::Len(body + 1)),
+        Some(b'{' | b'[') => {}
+        Some(_) => return Step::Reject,
+    }
+    let Some(end) = python_end(region, body) else {
+        return if ctx.eof { Step::Reject } else { Step::Need(Wait::Balanced { from: body }) };
+    };
+    let after = skip_ws(region, end);
+    let close = if region[after..].starts_with(FENCE) {
+        after + FENCE.len()
+    } else if after == region.len() || FENCE.starts_with(&region[after..]) {
+        if !ctx.eof {
+            return Step::Need(Wait::Len(after + FENCE.len()));
+        }
+        // The output stopped before the closing fence: still the last element.
+        if after < region.len() {
+            return Step::Reject;
+        }
+        after
+    } else {
+        return Step::Reject;
+    };
+    if skip_ws(region, close) < region.len() {
+        return Step::Reject;
+    }
+    if !ctx.eof {
+        return Step::Need(Wait::NonSpaceAfter { from: close });
+    }
+    match calls_from_json(&region[body..end]) {
+        Some(calls) => Step::Done(Parsed { consumed: region.len(), calls, ..Default::default() }),
+        None => Step::Reject,
+    }
+}
+
+/// The special tokens of a format that frames each call as
+/// `CALL_BEGIN header ARGS CALL_END`, optionally inside a section.
+pub struct Frame {
+    pub section_begin: &'static str,
+    pub call_begin: &'static str,
+    pub call_end: &'static str,
+    pub section_end: &'static str,
+}
+
+/// Parses one framed call per region (a region opens at the section or the
+/// call token), so each call is emitted as soon as its end token arrives. A
+/// following section end is consumed with it; a following call begin is left
+/// for the next region. `body` reads what lies between the call tokens.
+/// At the end of output a call without its end token is offered to `body`
+/// with `complete == false`: it must then hold whole JSON arguments
+/// ([`whole_json`]), so no call is fabricated from a truncated one.
+pub fn framed(region: &str, ctx: &Ctx<'_>, f: &Frame, body: impl Fn(&str, bool) -> Option<RawCall>) -> Step {
+    let mut i = 0;
+    if region.starts_with(f.section_begin) {
+        i = skip_ws(region, f.section_begin.len());
+    }
+    let rest = &region[i..];
+    if !rest.starts_with(f.call_begin) {
+        return if !ctx.eof && f.call_begin.starts_with(rest) {
+            Step::Need(Wait::Len(i + f.call_begin.len()))
+        } else {
+            Step::Reject
+        };
+    }
+    let start = i + f.call_begin.len();
+    let Some(end) = find(region, f.call_end, start) else {
+        if !ctx.eof {
+            return Step::Need(Wait::Marker { marker: f.call_end, from: start });
+        }
+        return match body(&region[start..], false) {
+            Some(call) => Step::Done(Parsed { consumed: region.len(), calls: vec![call], ..Default::default() }),
+            None => Step::Reject,
+        };
+    };
+    let Some(call) = body(&region[start..end], true) else {
+        return Step::Reject;
+    };
+    let after = end + f.call_end.len();
+    let next = skip_ws(region, after);
+    let tail = &region[next..];
+    let consumed = if tail.starts_with(f.section_end) {
+        next + f.section_end.len()
+    } else if tail.starts_with(f.call_begin) {
+        next
+    } else if !ctx.eof && tail.is_empty() {
+        return Step::Need(Wait::NonSpaceAfter { from: after });
+    } else if !ctx.eof && (f.section_end.starts_with(tail) || f.call_begin.starts_with(tail)) {
+        return Step::Need(Wait::Len(region.len() + 1));
+    } else {
+        after
+    };
+    Step::Done(Parsed { consumed, calls: vec![call], ..Default::default() })
+}
+
+/// The JSON value that opens `s` (after whitespace), if it is complete and
+/// nothing but whitespace follows: a truncated call's arguments.
+pub fn whole_json(s: &str) -> Option<&str> {
+    let start = skip_ws(s, 0);
+    if !matches!(byte_at(s, start), Some(b'{')) {
+        return None;
+    }
+    let end = crate::toolcall::scan::json_end(s, start)?;
+    s[end..].trim().is_empty().then(|| &s[start..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(text: &str) -> Vec<String> {
+        calls_from_json(text).unwrap_or_default().into_iter().map(|c| c.name).collect()
+    }
+
+    #[test]
+    fn accepts_call_shapes() {
+        assert_eq!(names(r#"{"name": "f", "arguments": {"a": 1}}"#), ["f"]);
+        assert_eq!(names(r#"{"tool": "f", "parameters": {}}"#), ["f"]);
+        assert_eq!(names(r#"{"type": "function", "function": {"name": "f", "arguments": "{}"}}"#), ["f"]);
+        assert_eq!(names(r#"[{"name": "f", "arguments": {}}, {"name": "g"}]"#), ["f", "g"]);
+        assert_eq!(names(r#"{"tool_calls": [{"name": "f", "arguments": {}}]}"#), ["f"]);
+        assert_eq!(names(r#"{"tool_call": {"name": "f", "arguments": {}}}"#), ["f"]);
+        assert_eq!(names(r#"{'name': 'f', 'arguments': {'a': True},}"#), ["f"]);
+    }
+
+    #[test]
+    fn keeps_argument_bytes() {
+        let calls = calls_from_json(r#"{"name": "f", "arguments": {"a":  "é"}}"#).unwrap_or_default();
+        assert_eq!(calls[0].args, Args::Json(r#"{"a":  "é"}"#.into()));
+    }
+
+    #[test]
+    fn rejects_data() {
+        assert!(calls_from_json(r#"{"city": "Lagos"}"#).is_none());
+        assert!(calls_from_json(r#"{"name": "Ada", "age": 36}"#).is_none());
+        assert!(calls_from_json("[1, 2, 3]").is_none());
+        assert!(calls_from_json("[]").is_none());
+        assert!(calls_from_json(r#"[{"name": "f", "arguments": {}}, 2]"#).is_none());
+    }
+
+    #[test]
+    fn first_key_decides_early() {
+        assert_eq!(looks_like_call(r#"{"name": "#, 0), Looks::Yes);
+        assert_eq!(looks_like_call(r#"[ {"tool_calls"#, 0), Looks::More);
+        assert_eq!(looks_like_call(r#"{"city": "#, 0), Looks::No);
+        assert_eq!(looks_like_call("[1, 2]", 0), Looks::No);
+        assert_eq!(looks_like_call(r#"{"na"#, 0), Looks::More);
+    }
+}
