@@ -1,14 +1,14 @@
 //! Qwen-Agent prompt-based function calling (`fncall_prompt_type='qwen'`,
 //! any model coerced into it):
 //!
-//! ```text
+//! ~~~text
 //! ✿FUNCTION✿: get_weather
 //! ✿ARGS✿: {"city": "Hangzhou"}
 //! ✿FUNCTION✿: code_interpreter
 //! ✿ARGS✿: ```py
 //! print(1)
 //! ```
-//! ```
+//! ~~~
 //!
 //! Pairs repeat for parallel calls. A call runs to the next `✿FUNCTION✿` or
 //! the end of output; like Qwen-Agent, anything after the arguments (a
