@@ -561,3 +561,56 @@ style = "thinking_type"
         sent["messages"][0]["content"].as_str().unwrap_or_default().contains("You must call one of the provided tools")
     );
 }
+
+/// Sets the flag when dropped: the upstream's body stream was abandoned.
+struct DropFlag(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for DropFlag {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[tokio::test]
+async fn client_disconnect_cancels_the_upstream_request() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let dropped = Arc::new(AtomicBool::new(false));
+    let flag = dropped.clone();
+    // An upstream that streams forever, one chunk every 20 ms.
+    let app = axum::Router::new().fallback(move || {
+        let guard = DropFlag(flag.clone());
+        async move {
+            let stream = async_stream::stream! {
+                let _guard = guard;
+                loop {
+                    yield Ok::<_, std::io::Error>(axum::body::Bytes::from(format!("data: {}\n\n", chunk(json!({"content": "tick "}), None))));
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                }
+            };
+            axum::response::Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(axum::body::Body::from_stream(stream))
+                .unwrap()
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let p = proxy("", &format!("http://{addr}")).await;
+    let mut req = ask(false);
+    req["stream"] = json!(true);
+    let mut resp = p.http.post(p.url("/v1/chat/completions")).json(&req).send().await.unwrap();
+    for _ in 0..3 {
+        assert!(resp.chunk().await.unwrap().is_some());
+    }
+    assert!(!dropped.load(Ordering::SeqCst), "upstream still streaming while the client reads");
+    drop(resp);
+    for _ in 0..100 {
+        if dropped.load(Ordering::SeqCst) {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    panic!("the upstream stream was not cancelled within 2 s of the client leaving");
+}
