@@ -41,7 +41,7 @@ pub struct Config {
     #[serde(default)]
     pub auth: Option<toml::Value>,
     #[serde(default)]
-    pub state: Option<toml::Value>,
+    pub state: crate::state::StateConfig,
 }
 
 /// One `[providers.NAME]` table.
@@ -151,7 +151,7 @@ impl Config {
             (self.mcp.is_some(), "mcp"),
             (self.tools.is_some(), "tools"),
             (self.auth.is_some(), "auth"),
-            (self.state.is_some(), "state"),
+            (self.state.redis_url.is_some(), "state.redis_url"),
         ];
         v.extend(sections.iter().filter(|(on, _)| *on).map(|(_, n)| *n));
         v

@@ -8,5 +8,6 @@ pub mod fixture;
 pub mod openai;
 pub mod provider;
 pub mod server;
+pub mod state;
 pub mod stream;
 pub mod toolcall;

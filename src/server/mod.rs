@@ -18,11 +18,16 @@ use axum::routing::{get, post};
 use crate::config::{Config, ConfigError};
 use crate::provider::upstream::Upstream;
 use crate::provider::{Profile, Providers};
+use crate::state::{MemoryStore, StateStore};
 
 /// Everything a request handler needs, built once at startup.
 pub struct AppState {
     pub providers: Providers,
     pub upstream: Upstream,
+    /// Conversation state (reasoning to replay, hidden tool exchanges).
+    pub store: Arc<dyn StateStore>,
+    /// How long conversation state is kept.
+    pub state_ttl: Duration,
     ready: AtomicBool,
 }
 
@@ -34,7 +39,14 @@ impl AppState {
         let providers = Providers::resolve(config, profiles)?;
         let upstream = Upstream::new(Duration::from_secs_f64(config.upstream.connect_timeout_secs))
             .map_err(ConfigError::Invalid)?;
-        Ok(Arc::new(AppState { providers, upstream, ready: AtomicBool::new(true) }))
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new(config.state.max_entries));
+        Ok(Arc::new(AppState {
+            providers,
+            upstream,
+            store,
+            state_ttl: config.state.ttl(),
+            ready: AtomicBool::new(true),
+        }))
     }
 
     /// Marks the server as not ready (during shutdown).

@@ -1,0 +1,85 @@
+//! Conversation state kept between a client's requests: hidden tool
+//! exchanges to splice back into the history, and the reasoning of earlier
+//! assistant turns that vendors require to be replayed. The client keeps the
+//! history; this store only remembers what the client never saw or dropped.
+//!
+//! [`StateStore`] is the interface; [`MemoryStore`] (moka: TTL, bounded) is
+//! the default. A shared backend (Redis) plugs in behind the same trait so
+//! replicas can continue each other's conversations.
+
+mod memory;
+
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+
+pub use memory::MemoryStore;
+
+/// Errors of a state backend. Callers log them and go on without the state
+/// (degraded, never failing the request).
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("state backend unavailable: {0}")]
+    Unavailable(String),
+    #[error("stored state is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// Key-value storage for conversation state, by namespace.
+pub trait StateStore: Send + Sync {
+    /// The value under `ns`/`key`, if present and not expired.
+    fn get<'a>(&'a self, ns: &'a str, key: &'a str) -> BoxFuture<'a, Result<Option<Value>, StateError>>;
+    /// Stores a value for `ttl`.
+    fn put<'a>(
+        &'a self,
+        ns: &'a str,
+        key: &'a str,
+        value: Value,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), StateError>>;
+    /// A short name for logs and metrics (`memory`, `redis`).
+    fn kind(&self) -> &'static str;
+}
+
+/// Namespaces in use, so keys of different features never collide.
+pub mod ns {
+    /// Reasoning of assistant turns that made tool calls.
+    pub const REASONING: &str = "reasoning";
+    /// Hidden server-side tool exchanges to splice back into a history.
+    pub const SPLICE: &str = "splice";
+}
+
+/// Settings of the `[state]` config section.
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateConfig {
+    /// A shared Redis for several replicas; memory when absent.
+    #[serde(default)]
+    pub redis_url: Option<String>,
+    /// How long conversation state is kept.
+    #[serde(default = "d_ttl")]
+    pub ttl_secs: u64,
+    /// Upper bound of entries kept in memory.
+    #[serde(default = "d_max")]
+    pub max_entries: u64,
+}
+
+fn d_ttl() -> u64 {
+    24 * 3600
+}
+fn d_max() -> u64 {
+    100_000
+}
+
+impl Default for StateConfig {
+    fn default() -> Self {
+        StateConfig { redis_url: None, ttl_secs: d_ttl(), max_entries: d_max() }
+    }
+}
+
+impl StateConfig {
+    pub fn ttl(&self) -> Duration {
+        Duration::from_secs(self.ttl_secs)
+    }
+}
