@@ -7,6 +7,7 @@ pub mod error;
 pub mod fixture;
 pub mod openai;
 pub mod provider;
+pub mod reasoning;
 pub mod server;
 pub mod state;
 pub mod stream;

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use errors::{UpstreamError, error_in_success, map_error};
-pub use profile::{Profile, ThinkingStyle, ToolMode};
+pub use profile::{Profile, ReasoningReplay, ThinkingStyle, ToolMode};
 
 use crate::config::{Config, ConfigError, UpstreamConfig};
 use crate::toolcall::FormatSet;

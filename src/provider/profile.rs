@@ -92,6 +92,50 @@ pub struct Thinking {
     /// Qwen3): such calls are streamed upstream and assembled here.
     #[serde(default)]
     pub stream_only: bool,
+    /// What the vendor expects of earlier assistant turns' reasoning in the
+    /// history (DeepSeek thinking mode answers 400 without it on tool-call
+    /// turns; the R1-era reasoner answers 400 with it).
+    #[serde(default)]
+    pub reasoning_replay: ReasoningReplay,
+    /// When replay is required but nothing was captured (store expired,
+    /// history from elsewhere): send an empty string (vendors that accept it)
+    /// rather than nothing.
+    #[serde(default)]
+    pub replay_empty_fallback: bool,
+    /// Per-model exceptions to `reasoning_replay`, by model glob; the longest
+    /// matching glob wins.
+    #[serde(default)]
+    pub reasoning_replay_models: BTreeMap<String, ReasoningReplay>,
+}
+
+impl Thinking {
+    /// The replay mode for one model.
+    pub fn replay_for(&self, model: &str) -> ReasoningReplay {
+        let model = model.to_ascii_lowercase();
+        self.reasoning_replay_models
+            .iter()
+            .filter(|(g, _)| {
+                globset::Glob::new(&g.to_ascii_lowercase()).is_ok_and(|g| g.compile_matcher().is_match(&model))
+            })
+            .max_by_key(|(g, _)| g.len())
+            .map_or(self.reasoning_replay, |(_, m)| *m)
+    }
+}
+
+/// How reasoning of earlier turns goes back upstream.
+#[derive(Debug, Clone, Copy, Deserialize, Default, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ReasoningReplay {
+    /// Leave the history as the client sent it.
+    #[default]
+    Keep,
+    /// Restore `reasoning_content` on assistant turns that made tool calls.
+    Required,
+    /// Remove `reasoning_content` from every assistant turn.
+    Reject,
+    /// Restore it as a `<think>…</think>` block at the start of `content`
+    /// (MiniMax interleaved thinking).
+    ThinkInContent,
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, Default, PartialEq, Eq)]
@@ -208,6 +252,9 @@ impl Profile {
             (self.response.starts_in_reasoning, "output starts in <think>"),
         ];
         v.extend(flags.iter().filter(|(on, _)| *on).map(|(_, s)| s.to_string()));
+        if self.thinking.reasoning_replay != ReasoningReplay::Keep {
+            v.push(format!("reasoning of tool-call turns replayed: {:?}", self.thinking.reasoning_replay));
+        }
         if self.thinking.style != ThinkingStyle::Effort {
             v.push(format!("reasoning_effort sent as {:?}", self.thinking.style));
         }
@@ -221,5 +268,22 @@ impl Profile {
             v.push(format!("error code {k} -> HTTP {s}"));
         }
         v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replay_mode_per_model_glob() {
+        let p = Profile::parse(
+            "x",
+            "name = \"x\"\nbase_url = \"u\"\n[thinking]\nreasoning_replay = \"required\"\nreasoning_replay_models = { \"deepseek-reasoner*\" = \"reject\", \"*\" = \"keep\", \"deepseek-*\" = \"required\" }\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(p.thinking.replay_for("deepseek-reasoner"), ReasoningReplay::Reject);
+        assert_eq!(p.thinking.replay_for("DeepSeek-V4"), ReasoningReplay::Required);
+        assert_eq!(p.thinking.replay_for("other"), ReasoningReplay::Keep);
     }
 }

@@ -46,6 +46,7 @@ pub async fn completions(State(s): State<Shared>, body: Bytes) -> Result<Respons
         want_usage: client_stream && req.wants_usage(),
         finish_map: provider.profile.response.finish_reason.clone(),
     };
+    crate::reasoning::prepare_history(&mut req, &provider.profile, &route.model, s.store.as_ref()).await;
     request::normalize(&mut req, &provider.profile, &route.model);
     let reply = s.upstream.post(&provider, "chat/completions", &req).await?;
     let mut norm = Normalizer::new(settings);
@@ -56,6 +57,7 @@ pub async fn completions(State(s): State<Shared>, body: Bytes) -> Result<Respons
             let mut chunks = Vec::new();
             norm.push(completion_to_chunk(completion), &mut chunks);
             norm.finish(&mut chunks);
+            crate::reasoning::remember(s.store.as_ref(), s.state_ttl, &norm.captures()).await;
             if client_stream {
                 let items = futures_util::stream::iter(chunks.into_iter().map(Ok));
                 Ok(sse(items.boxed()))
@@ -74,7 +76,7 @@ pub async fn completions(State(s): State<Shared>, body: Bytes) -> Result<Respons
                 Some(Ok(data)) => Some(parse_chunk(&data)?),
                 _ => None,
             };
-            let chunks = normalized(events, first_chunk, norm);
+            let chunks = normalized(events, first_chunk, norm, s.clone());
             if client_stream {
                 Ok(sse(chunks.boxed()))
             } else {
@@ -145,6 +147,7 @@ fn normalized(
     mut events: Events,
     first: Option<Chunk>,
     mut norm: Normalizer,
+    s: Shared,
 ) -> impl Stream<Item = Result<Chunk, UpstreamError>> + Send {
     async_stream::stream! {
         let mut out = Vec::new();
@@ -169,6 +172,9 @@ fn normalized(
             }
         }
         norm.finish(&mut out);
+        // Remembered before the last chunks go out, so a client that sends its
+        // next turn the moment it sees them finds the reasoning stored.
+        crate::reasoning::remember(s.store.as_ref(), s.state_ttl, &norm.captures()).await;
         for c in out.drain(..) {
             yield Ok(c);
         }

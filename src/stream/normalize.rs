@@ -45,6 +45,19 @@ struct ChoiceState {
     native: Vec<NativeCall>,
     next_call: u32,
     done: bool,
+    /// What this choice said, for [`Capture`].
+    reasoning: String,
+    content: String,
+    call_ids: Vec<String>,
+}
+
+/// The visible assistant turn and its reasoning, for the reasoning
+/// round-trip: captured for every choice that made tool calls.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capture {
+    pub call_ids: Vec<String>,
+    pub content: String,
+    pub reasoning: String,
 }
 
 /// Normalizes one response.
@@ -86,6 +99,9 @@ impl Normalizer {
             native: Vec::new(),
             next_call: 0,
             done: false,
+            reasoning: String::new(),
+            content: String::new(),
+            call_ids: Vec::new(),
         });
         self.choices.len() - 1
     }
@@ -159,6 +175,9 @@ impl Normalizer {
             if is_empty(&d) && fr.is_none() && !keeps_extra {
                 continue;
             }
+            let st = &mut self.choices[ci];
+            st.content.push_str(d.content.as_deref().unwrap_or(""));
+            st.reasoning.push_str(d.reasoning_content.as_deref().unwrap_or(""));
             if !self.choices[ci].role_sent {
                 d.role = Some("assistant".into());
                 self.choices[ci].role_sent = true;
@@ -187,7 +206,8 @@ impl Normalizer {
                     let index = st.next_call;
                     st.next_call += 1;
                     let id = call.id.clone().unwrap_or_else(new_call_id);
-                    pending.push(tool_delta(index, Some(id), Some(call.name.clone()), Some(String::new())));
+                    st.call_ids.push(id.clone());
+                    pending.push(tool_delta(index, Some(id.clone()), Some(call.name.clone()), Some(String::new())));
                     pending.push(tool_delta(index, None, None, Some(call.arguments.clone())));
                     self.recovered.push(call);
                 }
@@ -230,7 +250,9 @@ impl Normalizer {
         };
         if first {
             // Native ids (Kimi's `functions.x:0`) pass through byte for byte.
-            out.id = Some(id.unwrap_or_else(new_call_id));
+            let id = id.unwrap_or_else(new_call_id);
+            st.call_ids.push(id.clone());
+            out.id = Some(id);
             out.kind = Some("function".into());
             if let Some(func) = out.function.as_mut() {
                 func.name = f.name;
@@ -260,6 +282,20 @@ impl Normalizer {
             "tool_calls" if !emitted => "stop".into(),
             m => m.to_string(),
         }
+    }
+
+    /// The turns that made tool calls, with their visible text and reasoning
+    /// (complete once [`finish`](Self::finish) ran).
+    pub fn captures(&self) -> Vec<Capture> {
+        self.choices
+            .iter()
+            .filter(|c| !c.call_ids.is_empty())
+            .map(|c| Capture {
+                call_ids: c.call_ids.clone(),
+                content: c.content.clone(),
+                reasoning: c.reasoning.clone(),
+            })
+            .collect()
     }
 
     /// Ends the response: choices the upstream never finished are finished,

@@ -2,6 +2,8 @@
 //! port in front of an upstream, and reads what a client sees.
 #![allow(dead_code)]
 
+pub mod sdk_env;
+
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 

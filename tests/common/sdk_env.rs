@@ -1,0 +1,43 @@
+//! Pinned official SDK environments for conformance tests, installed under
+//! cargo's target tmp dir on first run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+pub const PYTHON_OPENAI: &str = "3.57.0";
+
+pub fn sdk_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("sdk")
+}
+
+/// Runs a command; its combined output, or an error with the output.
+pub fn run(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    if out.status.success() { Ok(text) } else { Err(format!("{cmd:?} failed:\n{text}")) }
+}
+
+/// A venv with the pinned `openai` package; returns its python. A lock file
+/// keeps concurrent test binaries from installing at once.
+pub fn python_env() -> PathBuf {
+    let venv = sdk_dir().join("venv");
+    let py = venv.join("bin/python");
+    let probe = format!("import openai, sys; sys.exit(openai.__version__ != {PYTHON_OPENAI:?})");
+    std::fs::create_dir_all(sdk_dir()).expect("sdk dir");
+    let lock = sdk_dir().join("venv.lock");
+    for _ in 0..600 {
+        if run(Command::new(&py).args(["-c", &probe])).is_ok() {
+            return py;
+        }
+        if std::fs::OpenOptions::new().write(true).create_new(true).open(&lock).is_ok() {
+            let result = run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv)).and_then(|_| {
+                run(Command::new(&py).args(["-m", "pip", "install", "--quiet", &format!("openai=={PYTHON_OPENAI}")]))
+            });
+            let _ = std::fs::remove_file(&lock);
+            result.expect("installing the pinned openai SDK");
+            return py;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    panic!("timed out waiting for another test to install the Python SDK");
+}
