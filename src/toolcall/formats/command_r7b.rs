@@ -7,7 +7,7 @@
 //! engine. The model's `tool_call_id`s ("0", "1") are positions, not ids, and
 //! are not passed on.
 
-use super::mistral::{json_calls, need_balanced, past_closer};
+use super::json_calls::{json_calls, need_balanced, past_closer};
 use crate::toolcall::scan::{byte_at, python_end, skip_ws};
 use crate::toolcall::{Ctx, Format, Parsed, Step, Wait};
 

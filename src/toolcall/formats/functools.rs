@@ -4,7 +4,7 @@
 //! The word is ordinary Python too (`functools[1]` in prose), so the bracket
 //! must hold a non-empty array of call objects.
 
-use super::mistral::{json_calls, need_balanced};
+use super::json_calls::{json_calls, need_balanced};
 use crate::toolcall::scan::{byte_at, python_end, skip_ws};
 use crate::toolcall::{Ctx, Format, Parsed, Step, Wait};
 

@@ -9,7 +9,7 @@
 //! `<tool_call>` also opens hermes, Qwen3-Coder and GLM bodies: this parser
 //! takes only an array. Granite 4 writes hermes and needs no code here.
 
-use super::mistral::{json_call, json_calls, need_balanced, past_closer};
+use super::json_calls::{json_call, json_calls, need_balanced, past_closer};
 use crate::toolcall::scan::{byte_at, python_end, skip_ws};
 use crate::toolcall::{Ctx, Format, Parsed, Step, Wait};
 

@@ -7,7 +7,7 @@
 //! template leaves an `助手：` ("assistant:") prefix at the start of the
 //! output; it is removed, as vLLM does.
 
-use super::mistral::{json_calls, need_balanced, past_closer};
+use super::json_calls::{json_calls, need_balanced, past_closer};
 use crate::toolcall::scan::{byte_at, python_end, skip_ws};
 use crate::toolcall::{Ctx, Format, Parsed, Step, Wait};
 

@@ -5,7 +5,7 @@
 //! `<|action_start|><|interpreter|>` opens the code-interpreter channel,
 //! which is not a function call and stays text.
 
-use super::mistral::{json_call, need_balanced, past_closer};
+use super::json_calls::{json_call, need_balanced, past_closer};
 use crate::toolcall::scan::{byte_at, python_end, skip_ws};
 use crate::toolcall::{Ctx, Format, Parsed, Step, Wait};
 

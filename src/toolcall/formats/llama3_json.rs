@@ -12,7 +12,7 @@
 
 use serde_json::{Map, Value};
 
-use super::mistral::{json_call, name_end, need_balanced, past_closer};
+use super::json_calls::{json_call, name_end, need_balanced, past_closer};
 use crate::toolcall::scan::{byte_at, find, python_end, skip_ws};
 use crate::toolcall::typing::{coerce, param, single_string_param};
 use crate::toolcall::{Args, Ctx, Format, Parsed, RawCall, Step, Wait};

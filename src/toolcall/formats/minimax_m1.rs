@@ -13,7 +13,7 @@
 //! `{`. Objects are read by brace matching, so one spread over several lines
 //! works too. Calls inside `<think>` never get here (the engine routes them).
 
-use super::mistral::{json_call, need_balanced};
+use super::json_calls::{json_call, need_balanced};
 use crate::toolcall::scan::{byte_at, find, python_end, skip_ws};
 use crate::toolcall::{Ctx, Format, Parsed, RawCall, Step, Wait};
 

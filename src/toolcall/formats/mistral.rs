@@ -16,11 +16,9 @@
 //! This file also holds small helpers the other JSON-bodied formats share
 //! (arrays of call objects, one call object, optional closing tags, names).
 
-use serde_json::Value;
-use serde_json::value::RawValue;
-
-use crate::toolcall::scan::{byte_at, call_object, call_object_raw, find, python_end, skip_ws};
-use crate::toolcall::{Args, Ctx, Format, Parsed, RawCall, Step, Wait, args_repair_object};
+use super::json_calls::{MAX_NAME, json_call, json_calls, name_end, need_balanced};
+use crate::toolcall::scan::{byte_at, find, python_end, skip_ws};
+use crate::toolcall::{Args, Ctx, Format, Parsed, RawCall, Step, Wait};
 
 pub struct Mistral;
 
@@ -109,109 +107,6 @@ fn v11_call(region: &str, at: usize, ctx: &Ctx<'_>) -> Result<(Vec<RawCall>, usi
     Ok((vec![call], end))
 }
 
-/// Names longer than this are prose, not a tool name.
-pub(super) const MAX_NAME: usize = 128;
-
-/// The end of a tool name starting at `at`: ASCII letters, digits, `_`, `-`
-/// and `.`.
-pub(super) fn name_end(s: &str, at: usize) -> usize {
-    let b = s.as_bytes();
-    let mut i = at.min(b.len());
-    while i < b.len() && (b[i].is_ascii_alphanumeric() || matches!(b[i], b'_' | b'-' | b'.')) {
-        i += 1;
-    }
-    i
-}
-
-/// The answer for a bracket at `from` that is not closed yet: wait for it, or
-/// at the end of output reject the truncated call.
-pub(super) fn need_balanced(from: usize, ctx: &Ctx<'_>) -> Step {
-    if ctx.eof { Step::Reject } else { Step::Need(Wait::Balanced { from }) }
-}
-
-/// Reads one JSON call object (`{"name": …, "arguments"|"parameters": …}`),
-/// repairing near-JSON. `None` when it is not a call object.
-pub(super) fn json_call(text: &str) -> Option<RawCall> {
-    let (name, args) = match call_object_raw(text) {
-        Some(x) => x,
-        None => call_object(&args_repair_object(text)?)?,
-    };
-    Some(RawCall { name, args: args.map_or(Args::Empty, Args::Json), id: None })
-}
-
-/// Reads a JSON array of call objects, keeping each element's raw argument
-/// bytes and its string `id` when it has one; near-JSON (single quotes,
-/// Python literals, trailing commas) is repaired. `None` when the array is
-/// empty or any element is not a call object.
-pub(super) fn json_calls(text: &str) -> Option<Vec<RawCall>> {
-    let calls: Option<Vec<RawCall>> = match serde_json::from_str::<Vec<&RawValue>>(text) {
-        Ok(items) => items
-            .iter()
-            .map(|item| {
-                let mut call = json_call(item.get())?;
-                call.id = serde_json::from_str::<Value>(item.get()).ok().and_then(|v| id_of(&v));
-                Some(call)
-            })
-            .collect(),
-        // Damaged: repair element by element (llm_json mangles some arrays).
-        Err(_) => repaired_calls(text),
-    };
-    calls.filter(|c| !c.is_empty())
-}
-
-fn repaired_calls(text: &str) -> Option<Vec<RawCall>> {
-    let mut calls = Vec::new();
-    let mut at = skip_ws(text, 0);
-    if byte_at(text, at) != Some(b'[') {
-        return None;
-    }
-    at += 1;
-    loop {
-        at = skip_ws(text, at);
-        match byte_at(text, at)? {
-            b'{' => {
-                let end = python_end(text, at)?;
-                calls.push(value_call(&args_repair_object(&text[at..end])?)?);
-                at = skip_ws(text, end);
-                if byte_at(text, at) == Some(b',') {
-                    at += 1;
-                }
-            }
-            b']' => return Some(calls),
-            _ => return None,
-        }
-    }
-}
-
-fn value_call(item: &Value) -> Option<RawCall> {
-    let (name, args) = call_object(item)?;
-    Some(RawCall { name, args: args.map_or(Args::Empty, Args::Json), id: id_of(item) })
-}
-
-fn id_of(v: &Value) -> Option<String> {
-    v.get("id").and_then(Value::as_str).filter(|s| !s.is_empty()).map(str::to_string)
-}
-
-/// After a body that ends at `end`, the position past an optional closing
-/// tag (one of `closers`) that follows after whitespace, or `end` itself when
-/// something else follows. `Err` while that is still undecided.
-pub(super) fn past_closer(region: &str, end: usize, closers: &[&str], eof: bool) -> Result<usize, Wait> {
-    let at = skip_ws(region, end);
-    let rest = &region[at..];
-    if let Some(c) = closers.iter().find(|c| rest.starts_with(**c)) {
-        return Ok(at + c.len());
-    }
-    if !eof {
-        if rest.is_empty() {
-            return Err(Wait::NonSpaceAfter { from: end });
-        }
-        if let Some(c) = closers.iter().filter(|c| c.starts_with(rest)).map(|c| c.len()).min() {
-            return Err(Wait::Len(at + c));
-        }
-    }
-    Ok(end)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,13 +140,5 @@ mod tests {
         assert_eq!(two.len(), 2);
         assert!(json_calls("[1, 2]").is_none());
         assert!(json_calls("[]").is_none());
-    }
-
-    #[test]
-    fn closer_is_optional() {
-        assert_eq!(past_closer("[1] </x>", 3, &["</x>"], false), Ok(8));
-        assert_eq!(past_closer("[1] </", 3, &["</x>"], false), Err(Wait::Len(8)));
-        assert_eq!(past_closer("[1] ", 3, &["</x>"], false), Err(Wait::NonSpaceAfter { from: 3 }));
-        assert_eq!(past_closer("[1] text", 3, &["</x>"], false), Ok(3));
     }
 }

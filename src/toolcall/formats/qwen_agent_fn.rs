@@ -18,7 +18,7 @@
 
 use serde_json::{Map, Value};
 
-use super::mistral::{MAX_NAME, name_end};
+use super::json_calls::{MAX_NAME, name_end};
 use crate::toolcall::scan::{byte_at, find, python_end, skip_ws};
 use crate::toolcall::typing::single_string_param;
 use crate::toolcall::{Args, Ctx, Format, Parsed, RawCall, Step, Wait};
