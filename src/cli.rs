@@ -38,13 +38,18 @@ pub enum Command {
         /// Log as JSON lines.
         #[arg(long)]
         json_logs: bool,
+        /// Also write every upstream exchange into DIR as a fixture file
+        /// (API keys and auth headers redacted), for `modelshim replay`.
+        #[arg(long, value_name = "DIR")]
+        record: Option<PathBuf>,
     },
     /// Serve recorded fixtures as an OpenAI-compatible upstream.
     Replay {
         dir: PathBuf,
         #[arg(long, default_value = "127.0.0.1:8788")]
         listen: String,
-        /// Multiplier on recorded delays between stream events (0 = no delay).
+        /// Multiplier on recorded delays between stream events: 1 = recorded
+        /// pace, 2 = twice as slow, 0 = as fast as possible.
         #[arg(long, default_value_t = 0.0)]
         speed: f64,
     },
@@ -72,7 +77,7 @@ pub enum Command {
 
 pub async fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Serve { config, listen, json_logs } => serve(config, listen, json_logs).await,
+        Command::Serve { config, listen, json_logs, record } => serve(config, listen, json_logs, record).await,
         Command::Replay { dir, listen, speed } => replay(dir, listen, speed).await,
         Command::Extract { format, tools, file } => extract_cmd(&format, tools, file),
         Command::Check { config } => check(config),
@@ -114,7 +119,7 @@ fn default_providers(config: &mut Config, profiles: &std::collections::BTreeMap<
     }
 }
 
-async fn serve(flag: Option<PathBuf>, listen: Option<String>, json_logs: bool) -> Result<()> {
+async fn serve(flag: Option<PathBuf>, listen: Option<String>, json_logs: bool, record: Option<PathBuf>) -> Result<()> {
     init_logs(json_logs);
     let (mut config, profiles) = load(flag)?;
     if config.auth.is_some() {
@@ -134,7 +139,10 @@ async fn serve(flag: Option<PathBuf>, listen: Option<String>, json_logs: bool) -
         let addr = crate::fixture::spawn(Arc::new(Replay::demo()), "127.0.0.1:0").await?;
         pc.base_url = Some(format!("http://{addr}/v1"));
     }
-    let state = AppState::new(&config, &profiles)?;
+    let state = AppState::build(&config, &profiles, record.as_deref())?;
+    if let Some(dir) = &record {
+        tracing::info!("recording every upstream exchange into {}", dir.display());
+    }
     let addr = listen.or(config.listen.clone()).unwrap_or_else(|| "127.0.0.1:8787".into());
     let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
@@ -171,35 +179,19 @@ async fn shutdown_signal() {
 
 async fn replay(dir: PathBuf, listen: String, speed: f64) -> Result<()> {
     init_logs(false);
-    let mut files = Vec::new();
-    collect_json(&dir, &mut files)?;
-    let (replay, problems) = Replay::new(files, speed);
-    for p in problems {
+    let (replay, problems) = Replay::load_dir(&dir, speed)?;
+    // A bad file is named and skipped; the others are still served.
+    for p in &problems {
         tracing::error!("{p}");
     }
     if replay.is_empty() {
-        bail!("no fixtures found under {}", dir.display());
+        bail!("no usable fixtures under {} ({} bad files)", dir.display(), problems.len());
     }
     let n = replay.len();
     let listener =
         tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     tracing::info!("replaying {n} recordings on http://{}/v1", listener.local_addr()?);
     axum::serve(listener, crate::fixture::router(Arc::new(replay))).with_graceful_shutdown(shutdown_signal()).await?;
-    Ok(())
-}
-
-fn collect_json(dir: &std::path::Path, out: &mut Vec<(String, String)>) -> Result<()> {
-    for e in std::fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))? {
-        let path = e?.path();
-        if path.is_dir() {
-            collect_json(&path, out)?;
-        } else if path.extension().is_some_and(|x| x == "json") {
-            match std::fs::read_to_string(&path) {
-                Ok(t) => out.push((path.display().to_string(), t)),
-                Err(e) => tracing::error!("{}: {e}", path.display()),
-            }
-        }
-    }
     Ok(())
 }
 

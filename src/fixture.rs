@@ -1,14 +1,19 @@
 //! Recorded exchanges ("fixtures") and the replay server that serves them as
 //! an OpenAI-compatible upstream. The bundled `demo` provider is this server
 //! running in-process on a loopback port, so the demo goes through exactly
-//! the same proxy path as a real vendor.
+//! the same proxy path as a real vendor; `serve --record` writes the same
+//! format (see `provider/record.rs`).
 //!
-//! A fixture is one JSON file: `{name?, provider?, model?, request: {method,
-//! path, body}, response: {status, headers?, body? | sse?: [{data,
-//! delay_ms?}]}}`. A request is matched by its canonical body hash, then by
-//! (path, model, stream) in recording order.
+//! A fixture is one JSON file: `{name?, provider?, model?, recorded_at?,
+//! client_request?, request: {method, path, headers?, body}, response:
+//! {status, headers?, body? | text? | sse?: [{event?, data, delay_ms?}]}}`.
+//! Every field added after the first version is optional, so old files stay
+//! valid. A request is matched by [`request_key`] (endpoint and canonical
+//! body, volatile fields ignored), then by (endpoint, model, stream); several
+//! recordings that match are served in recording order, round robin.
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -19,18 +24,29 @@ use axum::extract::State;
 use axum::http::{Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 /// One recorded exchange.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Fixture {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    #[serde(default)]
+    /// The provider (config name) the exchange went to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
-    #[serde(default)]
+    /// The upstream model name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model: Option<String>,
+    /// Milliseconds since the Unix epoch; orders recordings that match the
+    /// same request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recorded_at: Option<u64>,
+    /// What a client sends through the proxy to cause this exchange, when it
+    /// differs from `request.body` beyond the `provider/` model prefix (the
+    /// proxy rewrites requests per profile).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_request: Option<Value>,
     pub request: RecordedRequest,
     pub response: RecordedResponse,
 }
@@ -40,6 +56,10 @@ pub struct RecordedRequest {
     #[serde(default = "post")]
     pub method: String,
     pub path: String,
+    /// Request headers as sent, credentials redacted (informational; not
+    /// used for matching).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
     #[serde(default)]
     pub body: Value,
 }
@@ -52,11 +72,17 @@ fn post() -> String {
 pub struct RecordedResponse {
     #[serde(default = "ok")]
     pub status: u16,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
-    #[serde(default)]
+    /// A JSON body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub body: Option<Value>,
-    #[serde(default)]
+    /// A body that is not JSON (plain-text errors, SSE under a wrong content
+    /// type), replayed byte for byte.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// A streamed body, one entry per SSE event.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sse: Option<Vec<SseEvent>>,
 }
 
@@ -67,17 +93,176 @@ fn ok() -> u16 {
 /// One SSE event as the upstream sent it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SseEvent {
+    /// The event name, when the upstream named it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
     pub data: String,
     /// Time since the previous event.
     #[serde(default)]
     pub delay_ms: u64,
 }
 
+impl SseEvent {
+    pub fn data(data: impl Into<String>) -> Self {
+        SseEvent { event: None, data: data.into(), delay_ms: 0 }
+    }
+
+    /// The event on the wire (multi-line data as several `data:` lines).
+    fn to_wire(&self) -> String {
+        let mut s = String::new();
+        if let Some(e) = &self.event {
+            s.push_str("event: ");
+            s.push_str(e);
+            s.push('\n');
+        }
+        for line in self.data.split('\n') {
+            s.push_str("data: ");
+            s.push_str(line);
+            s.push('\n');
+        }
+        s.push('\n');
+        s
+    }
+}
+
+/// A fixture that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum FixtureError {
+    #[error("{path}: cannot read: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path}: not a fixture: {reason}")]
+    Invalid { path: String, reason: String },
+}
+
+impl Fixture {
+    /// Parses and checks one fixture file's text; `source` names it in errors.
+    pub fn parse(source: &str, text: &str) -> Result<Fixture, FixtureError> {
+        let invalid = |reason: String| FixtureError::Invalid { path: source.to_string(), reason };
+        let fx: Fixture = serde_json::from_str(text).map_err(|e| invalid(e.to_string()))?;
+        let r = &fx.response;
+        if StatusCode::from_u16(r.status).is_err() {
+            return Err(invalid(format!("response.status {} is not an HTTP status", r.status)));
+        }
+        let bodies = r.body.is_some() as u8 + r.text.is_some() as u8 + r.sse.is_some() as u8;
+        if bodies > 1 {
+            return Err(invalid("response has more than one of body, text and sse".into()));
+        }
+        if !fx.request.path.starts_with('/') {
+            return Err(invalid(format!("request.path {:?} must start with '/'", fx.request.path)));
+        }
+        Ok(fx)
+    }
+
+    /// Starts a chat-completions fixture for `provider`'s upstream `model`
+    /// with a one-line user message; finish it with [`Fixture::stream`] or
+    /// [`Fixture::json`]. This is the helper for writing regression cases:
+    ///
+    /// ```
+    /// use modelshim::fixture::Fixture;
+    /// use serde_json::json;
+    /// let fx = Fixture::chat("ollama", "qwen3:8b")
+    ///     .named("ollama/ollama#7881: tool-call deltas without index")
+    ///     .stream(vec![json!({"choices": [{"index": 0, "delta": {"content": "hi"}}]})]);
+    /// assert!(fx.to_pretty().contains("[DONE]"));
+    /// ```
+    pub fn chat(provider: &str, model: &str) -> Fixture {
+        Fixture {
+            name: None,
+            provider: Some(provider.to_string()),
+            model: Some(model.to_string()),
+            recorded_at: None,
+            client_request: None,
+            request: RecordedRequest {
+                method: post(),
+                path: "/v1/chat/completions".into(),
+                headers: BTreeMap::new(),
+                body: json!({"model": model, "messages": [{"role": "user", "content": "Hello!"}]}),
+            },
+            response: RecordedResponse { status: 200, headers: BTreeMap::new(), body: None, text: None, sse: None },
+        }
+    }
+
+    pub fn named(mut self, name: &str) -> Self {
+        self.name = Some(name.to_string());
+        self
+    }
+
+    /// Sets a request body field (`messages`, `tools`, …).
+    pub fn with(mut self, key: &str, value: Value) -> Self {
+        if let Some(o) = self.request.body.as_object_mut() {
+            o.insert(key.to_string(), value);
+        }
+        self
+    }
+
+    /// A streamed answer: one SSE event per chunk, then `[DONE]`.
+    pub fn stream(mut self, chunks: Vec<Value>) -> Self {
+        self = self.with("stream", json!(true));
+        let mut events: Vec<SseEvent> = chunks.iter().map(|c| SseEvent::data(c.to_string())).collect();
+        events.push(SseEvent::data("[DONE]"));
+        self.response.headers.insert("content-type".into(), "text/event-stream".into());
+        self.response.sse = Some(events);
+        self.response.body = None;
+        self
+    }
+
+    /// A JSON answer with `status`.
+    pub fn json(mut self, status: u16, body: Value) -> Self {
+        self = self.with("stream", json!(false));
+        self.response.status = status;
+        self.response.headers.insert("content-type".into(), "application/json".into());
+        self.response.body = Some(body);
+        self.response.sse = None;
+        self
+    }
+
+    /// The file text: pretty JSON.
+    pub fn to_pretty(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).unwrap_or_default();
+        s.push('\n');
+        s
+    }
+
+    /// The file name the recorder uses: provider, model and request hash.
+    pub fn file_stem(&self) -> String {
+        let key = request_key(&self.request.method, &self.request.path, &self.request.body);
+        let clean = |s: &str| -> String {
+            s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '.' { c } else { '_' }).collect()
+        };
+        format!(
+            "{}__{}__{key}",
+            clean(self.provider.as_deref().unwrap_or("upstream")),
+            clean(self.model.as_deref().or(self.request.body["model"].as_str()).unwrap_or("none"))
+        )
+    }
+}
+
 /// Fields that change between otherwise equal requests.
 const VOLATILE: &[&str] = &["user", "metadata", "request_id", "stream_options"];
 
-/// The hash requests are matched by: method, path and the body with sorted
-/// keys and volatile fields removed.
+/// The API endpoint of a path: what follows the last version segment
+/// (`/api/paas/v4/chat/completions` → `/chat/completions`), so a recording
+/// replays under any base URL.
+pub fn endpoint(path: &str) -> &str {
+    let is_version = |s: &str| s.len() > 1 && s.starts_with('v') && s[1..].bytes().all(|b| b.is_ascii_digit());
+    let mut cut = None;
+    let mut pos = 0;
+    for seg in path.split('/') {
+        let end = pos + seg.len();
+        if is_version(seg) {
+            cut = Some(end);
+        }
+        pos = end + 1;
+    }
+    match cut {
+        Some(c) if c < path.len() => &path[c..],
+        Some(_) => "/",
+        None => path,
+    }
+}
+
+/// The hash requests are matched by: method, endpoint and the body with
+/// sorted keys and volatile fields removed.
 pub fn request_key(method: &str, path: &str, body: &Value) -> String {
     let mut b = body.clone();
     if let Some(o) = b.as_object_mut() {
@@ -86,9 +271,9 @@ pub fn request_key(method: &str, path: &str, body: &Value) -> String {
         }
     }
     let mut h = Sha256::new();
-    h.update(method.as_bytes());
+    h.update(method.to_ascii_uppercase().as_bytes());
     h.update(b" ");
-    h.update(path.as_bytes());
+    h.update(endpoint(path).as_bytes());
     h.update(b"\n");
     h.update(canonical(&b).as_bytes());
     h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
@@ -115,32 +300,73 @@ struct Entry {
     fx: Fixture,
 }
 
+/// How a request was matched (for tests and logs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Matched {
+    /// Same canonical body.
+    Exact,
+    /// Same endpoint, model and stream flag, in recording order.
+    Fallback,
+}
+
 /// The replay server's state.
 pub struct Replay {
     entries: Vec<Entry>,
-    /// Round-robin position per (path, model, stream) fallback group.
+    /// Round-robin position per match group (exact key or fallback group).
     cursors: std::sync::Mutex<BTreeMap<String, usize>>,
     served: AtomicUsize,
+    exact: AtomicUsize,
     /// Multiplier on recorded delays (0 = as fast as possible).
     speed: f64,
 }
 
 impl Replay {
     /// Builds the server from `(source name, file text)` pairs; a file that
-    /// does not parse is reported and skipped.
-    pub fn new(files: impl IntoIterator<Item = (String, String)>, speed: f64) -> (Self, Vec<String>) {
+    /// is not a valid fixture is reported (naming it) and skipped, so one
+    /// bad file does not take the others down.
+    pub fn new(files: impl IntoIterator<Item = (String, String)>, speed: f64) -> (Self, Vec<FixtureError>) {
         let mut entries = Vec::new();
         let mut problems = Vec::new();
         for (source, text) in files {
-            match serde_json::from_str::<Fixture>(&text) {
+            match Fixture::parse(&source, &text) {
                 Ok(fx) => {
                     let key = request_key(&fx.request.method, &fx.request.path, &fx.request.body);
                     entries.push(Entry { source, key, fx });
                 }
-                Err(e) => problems.push(format!("{source}: not a fixture: {e}")),
+                Err(e) => problems.push(e),
             }
         }
-        (Replay { entries, cursors: Default::default(), served: AtomicUsize::new(0), speed }, problems)
+        // Recording order: by timestamp where recorded, else as given (stable).
+        entries.sort_by_key(|e| e.fx.recorded_at.unwrap_or(0));
+        let speed = if speed.is_finite() && speed > 0.0 { speed } else { 0.0 };
+        let replay = Replay {
+            entries,
+            cursors: Default::default(),
+            served: AtomicUsize::new(0),
+            exact: AtomicUsize::new(0),
+            speed,
+        };
+        (replay, problems)
+    }
+
+    /// Loads every `*.json` under `dir` (recursively, in path order). A
+    /// missing or unreadable directory is an error; a bad file is a problem
+    /// reported next to the server that serves the rest.
+    pub fn load_dir(dir: &Path, speed: f64) -> Result<(Self, Vec<FixtureError>), FixtureError> {
+        let mut paths = Vec::new();
+        collect_json(dir, &mut paths)?;
+        paths.sort();
+        let mut problems = Vec::new();
+        let mut files = Vec::new();
+        for path in paths {
+            match std::fs::read_to_string(&path) {
+                Ok(t) => files.push((path.display().to_string(), t)),
+                Err(source) => problems.push(FixtureError::Read { path, source }),
+            }
+        }
+        let (replay, mut bad) = Replay::new(files, speed);
+        problems.append(&mut bad);
+        Ok((replay, problems))
     }
 
     /// The bundled demo fixtures.
@@ -157,48 +383,65 @@ impl Replay {
         self.entries.is_empty()
     }
 
-    fn find(&self, method: &str, path: &str, body: &Value) -> Option<&Entry> {
-        let key = request_key(method, path, body);
-        if let Some(e) = self.entries.iter().find(|e| e.key == key) {
-            return Some(e);
-        }
-        let group = |b: &Value| {
-            format!(
-                "{method} {path} {} {}",
-                b.get("model").unwrap_or(&Value::Null),
-                b.get("stream").and_then(Value::as_bool).unwrap_or(false)
-            )
-        };
-        let g = group(body);
-        let candidates: Vec<&Entry> = self
-            .entries
-            .iter()
-            .filter(|e| {
-                e.fx.request.method.eq_ignore_ascii_case(method)
-                    && e.fx.request.path == path
-                    && group(&e.fx.request.body) == g
-            })
-            .collect();
+    /// Requests answered so far, and how many of them matched exactly.
+    pub fn served(&self) -> (usize, usize) {
+        (self.served.load(Ordering::Relaxed), self.exact.load(Ordering::Relaxed))
+    }
+
+    /// The next recording of a group, round robin in recording order.
+    fn next<'a>(&'a self, group: String, candidates: &[&'a Entry]) -> Option<&'a Entry> {
         if candidates.is_empty() {
             return None;
         }
         let mut cur = self.cursors.lock().unwrap_or_else(|p| p.into_inner());
-        let n = cur.entry(g).or_insert(0);
+        let n = cur.entry(group).or_insert(0);
         let e = candidates[*n % candidates.len()];
         *n += 1;
         Some(e)
     }
 
+    fn find(&self, method: &str, path: &str, body: &Value) -> Option<(&Entry, Matched)> {
+        let key = request_key(method, path, body);
+        let same: Vec<&Entry> = self.entries.iter().filter(|e| e.key == key).collect();
+        if let Some(e) = self.next(format!("key {key}"), &same) {
+            return Some((e, Matched::Exact));
+        }
+        let group = |m: &str, p: &str, b: &Value| {
+            format!(
+                "{} {} {} {}",
+                m.to_ascii_uppercase(),
+                endpoint(p),
+                b.get("model").unwrap_or(&Value::Null),
+                b.get("stream").and_then(Value::as_bool).unwrap_or(false)
+            )
+        };
+        let g = group(method, path, body);
+        let candidates: Vec<&Entry> = self
+            .entries
+            .iter()
+            .filter(|e| group(&e.fx.request.method, &e.fx.request.path, &e.fx.request.body) == g)
+            .collect();
+        self.next(g, &candidates).map(|e| (e, Matched::Fallback))
+    }
+
     /// The recording most like a request, for the 404 message.
     fn closest(&self, path: &str, body: &Value) -> Option<&Entry> {
         let model = body.get("model");
-        self.entries
-            .iter()
-            .max_by_key(|e| (e.fx.request.path == path) as u8 * 2 + (e.fx.request.body.get("model") == model) as u8)
+        let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(false);
+        self.entries.iter().max_by_key(|e| {
+            let b = &e.fx.request.body;
+            (endpoint(&e.fx.request.path) == endpoint(path)) as u8 * 4
+                + (b.get("model") == model) as u8 * 2
+                + (b.get("stream").and_then(Value::as_bool).unwrap_or(false) == stream) as u8
+        })
     }
 
-    fn respond(&self, e: &Entry) -> Response {
+    fn respond(&self, e: &Entry, how: Matched) -> Response {
         self.served.fetch_add(1, Ordering::Relaxed);
+        if how == Matched::Exact {
+            self.exact.fetch_add(1, Ordering::Relaxed);
+        }
+        tracing::debug!(fixture = %e.source, ?how, "replaying");
         let r = &e.fx.response;
         let status = StatusCode::from_u16(r.status).unwrap_or(StatusCode::OK);
         let mut builder = Response::builder().status(status);
@@ -207,24 +450,33 @@ impl Replay {
                 builder = builder.header(k, v);
             }
         }
-        let body = match &r.sse {
-            Some(events) => {
-                if !r.headers.keys().any(|k| k.eq_ignore_ascii_case("content-type")) {
+        let has_type = r.headers.keys().any(|k| k.eq_ignore_ascii_case("content-type"));
+        let body = match (&r.sse, &r.text) {
+            (Some(events), _) => {
+                if !has_type {
                     builder = builder.header("content-type", "text/event-stream");
                 }
                 let events = events.clone();
                 let speed = self.speed;
+                // One body chunk per recorded event keeps the recorded chunk
+                // boundaries; the pause before each is its recorded delay.
                 Body::from_stream(async_stream::stream! {
                     for ev in events {
                         if speed > 0.0 && ev.delay_ms > 0 {
                             tokio::time::sleep(Duration::from_secs_f64(ev.delay_ms as f64 * speed / 1000.0)).await;
                         }
-                        yield Ok::<_, std::convert::Infallible>(Bytes::from(format!("data: {}\n\n", ev.data)));
+                        yield Ok::<_, std::convert::Infallible>(Bytes::from(ev.to_wire()));
                     }
                 })
             }
-            None => {
-                if !r.headers.keys().any(|k| k.eq_ignore_ascii_case("content-type")) {
+            (None, Some(text)) => {
+                if !has_type {
+                    builder = builder.header("content-type", "text/plain");
+                }
+                Body::from(text.clone())
+            }
+            (None, None) => {
+                if !has_type {
                     builder = builder.header("content-type", "application/json");
                 }
                 Body::from(r.body.as_ref().map(Value::to_string).unwrap_or_default())
@@ -232,6 +484,19 @@ impl Replay {
         };
         builder.body(body).unwrap_or_else(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response())
     }
+}
+
+fn collect_json(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), FixtureError> {
+    let read = std::fs::read_dir(dir).map_err(|source| FixtureError::Read { path: dir.into(), source })?;
+    for e in read {
+        let path = e.map_err(|source| FixtureError::Read { path: dir.into(), source })?.path();
+        if path.is_dir() {
+            collect_json(&path, out)?;
+        } else if path.extension().is_some_and(|x| x == "json") {
+            out.push(path);
+        }
+    }
+    Ok(())
 }
 
 /// The replay server's router: every path is answered from the recordings.
@@ -242,22 +507,28 @@ pub fn router(replay: Arc<Replay>) -> Router {
 async fn serve(State(r): State<Arc<Replay>>, method: Method, uri: Uri, body: Bytes) -> Response {
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let path = uri.path();
-    if let Some(e) = r.find(method.as_str(), path, &body) {
-        return r.respond(e);
+    if let Some((e, how)) = r.find(method.as_str(), path, &body) {
+        return r.respond(e, how);
     }
     let hint = match r.closest(path, &body) {
         Some(e) => format!(
-            " The closest recording is {} ({} {}, model {}).",
+            " The closest recording is {} ({} {}, model {}, stream {}).",
             e.source,
             e.fx.request.method,
             e.fx.request.path,
-            e.fx.request.body.get("model").unwrap_or(&Value::Null)
+            e.fx.request.body.get("model").unwrap_or(&Value::Null),
+            e.fx.request.body.get("stream").and_then(Value::as_bool).unwrap_or(false)
         ),
         None => " There are no recordings.".to_string(),
     };
+    tracing::warn!("no recording for {method} {path}");
     let err = crate::error::ErrorObject::new(
         "invalid_request_error",
-        format!("No recording matches {method} {path} (model {}).{hint}", body.get("model").unwrap_or(&Value::Null)),
+        format!(
+            "No recording matches {method} {path} (model {}, stream {}).{hint}",
+            body.get("model").unwrap_or(&Value::Null),
+            body.get("stream").and_then(Value::as_bool).unwrap_or(false)
+        ),
     )
     .with_code("no_recording");
     (StatusCode::NOT_FOUND, axum::Json(err.to_body())).into_response()
@@ -273,4 +544,46 @@ pub async fn spawn(replay: Arc<Replay>, addr: &str) -> std::io::Result<std::net:
         }
     });
     Ok(local)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn endpoint_strips_the_versioned_base() {
+        assert_eq!(endpoint("/v1/chat/completions"), "/chat/completions");
+        assert_eq!(endpoint("/api/paas/v4/chat/completions"), "/chat/completions");
+        assert_eq!(endpoint("/compatible-mode/v1/embeddings"), "/embeddings");
+        assert_eq!(endpoint("/chat/completions"), "/chat/completions");
+        assert_eq!(endpoint("/v1"), "/");
+    }
+
+    #[test]
+    fn volatile_fields_and_key_order_do_not_change_the_key() {
+        let a = json!({"model": "m", "messages": [], "user": "u1", "stream_options": {"include_usage": true}});
+        let b = json!({"messages": [], "model": "m"});
+        assert_eq!(request_key("POST", "/v1/chat/completions", &a), request_key("post", "/v4/chat/completions", &b));
+    }
+
+    #[test]
+    fn bad_files_are_named_and_skipped() {
+        let good = Fixture::chat("p", "m").json(200, json!({"ok": true})).to_pretty();
+        let files = vec![
+            ("a.json".to_string(), good),
+            ("b.json".to_string(), "{not json".to_string()),
+            ("c.json".to_string(), r#"{"request": {"path": "/v1/x"}, "response": {"status": 1000}}"#.to_string()),
+        ];
+        let (r, problems) = Replay::new(files, 0.0);
+        assert_eq!(r.len(), 1);
+        let msgs: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert!(msgs[0].starts_with("b.json: not a fixture"), "{msgs:?}");
+        assert!(msgs[1].starts_with("c.json: not a fixture") && msgs[1].contains("1000"), "{msgs:?}");
+    }
+
+    #[test]
+    fn sse_events_keep_multiline_data_and_names() {
+        let ev = SseEvent { event: Some("x".into()), data: "a\nb".into(), delay_ms: 0 };
+        assert_eq!(ev.to_wire(), "event: x\ndata: a\ndata: b\n\n");
+    }
 }

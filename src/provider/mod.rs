@@ -3,6 +3,7 @@
 
 mod errors;
 mod profile;
+pub mod record;
 pub mod request;
 pub mod upstream;
 

@@ -1,14 +1,17 @@
 //! The one seam to the network: sends a request to a provider with its key,
 //! applies the connect / first-byte / idle timeouts, and turns the answer into
-//! either one JSON body or a stream of SSE `data` payloads.
+//! either one JSON body or a stream of SSE `data` payloads. With a
+//! [`Recorder`] every exchange is also written as a fixture (`serve --record`).
 
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use eventsource_stream::Eventsource;
 use futures_util::{Stream, StreamExt};
 use serde_json::Value;
 
+use super::record::{Recorder, Recording};
 use super::{Provider, UpstreamError, error_in_success, map_error};
 
 /// A stream of SSE `data` payloads, ending at `[DONE]` or end of body.
@@ -24,6 +27,7 @@ pub enum Reply {
 #[derive(Clone)]
 pub struct Upstream {
     client: reqwest::Client,
+    recorder: Option<Arc<Recorder>>,
 }
 
 impl Upstream {
@@ -37,7 +41,13 @@ impl Upstream {
             .pool_idle_timeout(Duration::from_secs(90))
             .build()
             .map_err(|e| format!("cannot build HTTP client: {e}"))?;
-        Ok(Upstream { client })
+        Ok(Upstream { client, recorder: None })
+    }
+
+    /// Records every exchange from now on.
+    pub fn with_recorder(mut self, recorder: Recorder) -> Self {
+        self.recorder = Some(Arc::new(recorder));
+        self
     }
 
     fn request(&self, p: &Provider, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
@@ -55,27 +65,31 @@ impl Upstream {
     /// POSTs a JSON body and classifies the answer.
     pub async fn post(&self, p: &Provider, path: &str, body: &impl serde::Serialize) -> Result<Reply, UpstreamError> {
         let rb = self.request(p, reqwest::Method::POST, path).json(body);
-        let resp = self.send(p, rb).await?;
+        let recorded = || serde_json::to_value(body).unwrap_or(Value::Null);
+        let (resp, mut rec) = self.send(p, rb, recorded).await?;
         let status = resp.status().as_u16();
+        if let Some(r) = rec.as_mut() {
+            r.head(status, resp.headers());
+        }
         let is_sse = resp
             .headers()
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if status >= 400 {
-            let bytes = resp.bytes().await.map_err(|e| UpstreamError::Connect(e.to_string()))?;
+            let bytes = read(resp, rec).await?;
             return Err(map_error(&p.profile, status, &bytes));
         }
+        let idle = Duration::from_secs_f64(p.upstream.idle_timeout_secs);
         if is_sse {
-            let idle = Duration::from_secs_f64(p.upstream.idle_timeout_secs);
-            return Ok(Reply::Events(sse_events(resp.bytes_stream(), idle)));
+            return Ok(Reply::Events(sse_events(resp.bytes_stream(), idle, rec)));
         }
-        let bytes = resp.bytes().await.map_err(|e| UpstreamError::Connect(e.to_string()))?;
+        let bytes = read(resp, rec).await?;
         if looks_like_sse(&bytes) {
             // A stream served under the wrong content type (seen behind
             // misconfigured gateways): parse it as what it is.
             let body = futures_util::stream::once(async move { Ok::<_, std::convert::Infallible>(bytes) });
-            return Ok(Reply::Events(sse_events(body, Duration::from_secs_f64(p.upstream.idle_timeout_secs))));
+            return Ok(Reply::Events(sse_events(body, idle, None)));
         }
         let v: Value = serde_json::from_slice(&bytes).map_err(|e| {
             UpstreamError::Protocol(format!(
@@ -91,31 +105,52 @@ impl Upstream {
 
     /// GETs a path and returns the JSON body.
     pub async fn get_json(&self, p: &Provider, path: &str) -> Result<Value, UpstreamError> {
-        let resp = self.send(p, self.request(p, reqwest::Method::GET, path)).await?;
+        let (resp, mut rec) = self.send(p, self.request(p, reqwest::Method::GET, path), || Value::Null).await?;
         let status = resp.status().as_u16();
-        let bytes = resp.bytes().await.map_err(|e| UpstreamError::Connect(e.to_string()))?;
+        if let Some(r) = rec.as_mut() {
+            r.head(status, resp.headers());
+        }
+        let bytes = read(resp, rec).await?;
         if status >= 400 {
             return Err(map_error(&p.profile, status, &bytes));
         }
         serde_json::from_slice(&bytes).map_err(|e| UpstreamError::Protocol(e.to_string()))
     }
 
-    /// Sends with the first-byte timeout (until the response headers).
-    async fn send(&self, p: &Provider, rb: reqwest::RequestBuilder) -> Result<reqwest::Response, UpstreamError> {
+    /// Sends with the first-byte timeout (until the response headers); starts
+    /// a recording when recording (`body` gives the request body for it).
+    async fn send(
+        &self,
+        p: &Provider,
+        rb: reqwest::RequestBuilder,
+        body: impl FnOnce() -> Value,
+    ) -> Result<(reqwest::Response, Option<Recording>), UpstreamError> {
+        let req = rb.build().map_err(|e| UpstreamError::Connect(format!("{}: {}", p.name, error_chain(&e))))?;
+        let rec = self.recorder.as_ref().map(|r| r.start(&p.name, &req, body()));
         let limit = Duration::from_secs_f64(p.upstream.first_byte_timeout_secs);
-        match tokio::time::timeout(limit, rb.send()).await {
+        match tokio::time::timeout(limit, self.client.execute(req)).await {
             Err(_) => Err(UpstreamError::Timeout(format!("{} sent no response within {limit:?}", p.name))),
             Ok(Err(e)) if e.is_timeout() => Err(UpstreamError::Timeout(format!("{}: {e}", p.name))),
             Ok(Err(e)) => Err(UpstreamError::Connect(format!("{}: {}", p.name, error_chain(&e)))),
-            Ok(Ok(r)) => Ok(r),
+            Ok(Ok(r)) => Ok((r, rec)),
         }
     }
 }
 
+/// Reads a whole body (and records it).
+async fn read(resp: reqwest::Response, rec: Option<Recording>) -> Result<bytes::Bytes, UpstreamError> {
+    let bytes = resp.bytes().await.map_err(|e| UpstreamError::Connect(e.to_string()))?;
+    if let Some(r) = rec {
+        r.body(&bytes);
+    }
+    Ok(bytes)
+}
+
 /// `data` payloads of an SSE body. Comment lines and keep-alives are skipped
 /// by the parser; `[DONE]` ends the stream; a silence longer than `idle`
-/// ends it with a timeout error.
-fn sse_events<S, B, E>(body: S, idle: Duration) -> Events
+/// ends it with a timeout error. A recording sees each event as it is passed
+/// on and is written when the stream ends.
+fn sse_events<S, B, E>(body: S, idle: Duration, mut rec: Option<Recording>) -> Events
 where
     S: Stream<Item = Result<B, E>> + Send + 'static,
     B: 'static,
@@ -137,6 +172,9 @@ where
                     break;
                 }
                 Ok(Some(Ok(ev))) => {
+                    if let Some(r) = rec.as_mut() {
+                        r.event(&ev.event, &ev.data);
+                    }
                     let data = ev.data.trim();
                     if data == "[DONE]" {
                         break;
@@ -147,6 +185,9 @@ where
                     yield Ok(ev.data);
                 }
             }
+        }
+        if let Some(r) = rec.take() {
+            r.finish();
         }
     })
 }

@@ -5,6 +5,7 @@ mod chat;
 mod models;
 mod passthrough;
 
+use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -16,6 +17,7 @@ use axum::response::IntoResponse;
 use axum::routing::{get, post};
 
 use crate::config::{Config, ConfigError};
+use crate::provider::record::Recorder;
 use crate::provider::upstream::Upstream;
 use crate::provider::{Profile, Providers};
 use crate::state::{MemoryStore, StateStore};
@@ -36,9 +38,27 @@ pub type Shared = Arc<AppState>;
 impl AppState {
     /// Resolves a config against the known profiles.
     pub fn new(config: &Config, profiles: &std::collections::BTreeMap<String, Profile>) -> Result<Shared, ConfigError> {
+        Self::build(config, profiles, None)
+    }
+
+    /// Like [`AppState::new`]; with `record` every upstream exchange is also
+    /// written into that folder (`serve --record`), every provider's key
+    /// redacted.
+    pub fn build(
+        config: &Config,
+        profiles: &std::collections::BTreeMap<String, Profile>,
+        record: Option<&Path>,
+    ) -> Result<Shared, ConfigError> {
         let providers = Providers::resolve(config, profiles)?;
-        let upstream = Upstream::new(Duration::from_secs_f64(config.upstream.connect_timeout_secs))
+        let mut upstream = Upstream::new(Duration::from_secs_f64(config.upstream.connect_timeout_secs))
             .map_err(ConfigError::Invalid)?;
+        if let Some(dir) = record {
+            let secrets = providers.iter().filter_map(|p| p.api_key().map(str::to_string));
+            let headers = providers.iter().filter_map(|p| p.profile.auth_header.clone());
+            let recorder = Recorder::new(dir, secrets.collect::<Vec<_>>(), headers.collect::<Vec<_>>())
+                .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+            upstream = upstream.with_recorder(recorder);
+        }
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new(config.state.max_entries));
         Ok(Arc::new(AppState {
             providers,

@@ -78,6 +78,11 @@ pub async fn proxy_with(profile_toml: &str, upstream: &str, tweak: impl FnOnce(&
     );
     tweak(&mut config);
     let state = AppState::new(&config, &profiles).expect("state");
+    serve_state(state).await
+}
+
+/// Serves an already built state on a loopback port.
+pub async fn serve_state(state: modelshim::server::Shared) -> Proxy {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     tokio::spawn(async move {
