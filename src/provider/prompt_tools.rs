@@ -133,12 +133,14 @@ fn tools_prompt(format: PromptFormat, tools: &[&Value], choice: &Choice, single:
     s.push_str(
         "\nThe results come back in a user message as <tool_response name=\"…\"> blocks, in the order of your calls.\n",
     );
-    s.push_str(match choice {
-        Choice::Required => "You must call at least one function in this reply.".to_string(),
-        Choice::Named(n) => format!("You must call the function `{n}` in this reply."),
-        Choice::Auto | Choice::None => "Call a function only when it helps; otherwise answer directly.".to_string(),
-    }
-    .as_str());
+    s.push_str(
+        match choice {
+            Choice::Required => "You must call at least one function in this reply.".to_string(),
+            Choice::Named(n) => format!("You must call the function `{n}` in this reply."),
+            Choice::Auto | Choice::None => "Call a function only when it helps; otherwise answer directly.".to_string(),
+        }
+        .as_str(),
+    );
     if single {
         s.push_str("\nCall at most one function in this reply.");
     }
@@ -166,7 +168,9 @@ pub fn rewrite_history(messages: &mut Vec<Message>, format: PromptFormat) {
                     t.push_str(&block);
                     prev.content = Value::String(t);
                 }
-                _ => out.push(Message { role: "user".into(), content: Value::String(block), extra: Default::default() }),
+                _ => {
+                    out.push(Message { role: "user".into(), content: Value::String(block), extra: Default::default() })
+                }
             }
             last_was_result = true;
             continue;
@@ -187,7 +191,8 @@ pub fn rewrite_history(messages: &mut Vec<Message>, format: PromptFormat) {
             }
             let text = text_of(&m.content);
             let calls_text = format.render_calls(&rendered);
-            m.content = Value::String(if text.trim().is_empty() { calls_text } else { format!("{text}\n{calls_text}") });
+            m.content =
+                Value::String(if text.trim().is_empty() { calls_text } else { format!("{text}\n{calls_text}") });
         }
         out.push(m);
     }
@@ -236,7 +241,8 @@ mod tests {
 
     #[test]
     fn none_offers_nothing_named_offers_one() {
-        let tools = json!([{"type": "function", "function": {"name": "a"}}, {"type": "function", "function": {"name": "b"}}]);
+        let tools =
+            json!([{"type": "function", "function": {"name": "a"}}, {"type": "function", "function": {"name": "b"}}]);
         let mut r = req(json!({"model": "m", "messages": [], "tools": tools, "tool_choice": "none"}));
         assert!(!emulate(&mut r, PromptFormat::Hermes));
         assert!(r.messages.is_empty() && r.tools.is_none() && !r.extra.contains_key("tool_choice"));

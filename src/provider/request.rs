@@ -97,7 +97,9 @@ fn thinking_conflict(req: &ChatRequest, profile: &Profile, thinking_on: Option<b
     };
     match conflict {
         ThinkingConflict::Tools => Some("the vendor rejects tools while thinking is on"),
-        ThinkingConflict::ForcedChoice if forced => Some("the vendor rejects a forced tool_choice while thinking is on"),
+        ThinkingConflict::ForcedChoice if forced => {
+            Some("the vendor rejects a forced tool_choice while thinking is on")
+        }
         ThinkingConflict::ForcedChoice => None,
     }
 }

@@ -87,7 +87,10 @@ fn auto_only_choice(req: &mut ChatRequest) {
         Some(Value::Object(o)) => {
             let name = o.get("function").and_then(|f| f.get("name")).and_then(Value::as_str).unwrap_or("");
             req.extra.insert("tool_choice".into(), json!("auto"));
-            super::request::append_system(&mut req.messages, &format!("You must call the tool `{name}` in this reply."));
+            super::request::append_system(
+                &mut req.messages,
+                &format!("You must call the tool `{name}` in this reply."),
+            );
         }
         _ => {}
     }
