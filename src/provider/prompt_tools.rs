@@ -148,7 +148,8 @@ fn tools_prompt(format: PromptFormat, tools: &[&Value], choice: &Choice, single:
 }
 
 /// Assistant `tool_calls` become text in `format`; `tool` results become
-/// user messages (consecutive results share one). Call ids are only read, to
+/// user messages (consecutive results, and a user turn right after them,
+/// share one). Call ids are only read, to
 /// label each result with its call's name, so the client's ids stay valid.
 pub fn rewrite_history(messages: &mut Vec<Message>, format: PromptFormat) {
     let mut names: HashMap<String, String> = HashMap::new();
@@ -173,6 +174,16 @@ pub fn rewrite_history(messages: &mut Vec<Message>, format: PromptFormat) {
                 }
             }
             last_was_result = true;
+            continue;
+        }
+        // A user turn right after results joins their message, so roles
+        // still alternate (some templates reject two user turns in a row).
+        if m.role == "user"
+            && last_was_result
+            && let (Some(prev), Value::String(t)) = (out.last_mut(), &m.content)
+        {
+            prev.content = Value::String(format!("{}\n\n{t}", text_of(&prev.content)));
+            last_was_result = false;
             continue;
         }
         last_was_result = false;
