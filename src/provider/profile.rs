@@ -1,6 +1,8 @@
 //! The provider profile: the data model of `providers/*.toml`. A profile is
 //! data only; each field switches on code written once in
-//! [`request`](super::request), [`crate::stream`] or [`errors`](super::errors).
+//! [`request`](super::request), [`tools`](super::tools),
+//! [`prompt_tools`](super::prompt_tools), [`crate::stream`] or
+//! [`errors`](super::errors).
 //! Adding a vendor is adding one file.
 
 use std::collections::BTreeMap;
@@ -237,7 +239,9 @@ pub enum ToolMode {
     Native,
     /// Native plus recovery of calls written in the text, always.
     Text,
-    /// Tools are described in a prompt (upstream takes none).
+    /// Tools are described in a prompt and the tool history is rewritten as
+    /// text (upstream takes none); calls are parsed from the answer. See
+    /// [`crate::provider::prompt_tools`].
     Prompt,
     /// Native plus text recovery whenever the request declared tools.
     #[default]

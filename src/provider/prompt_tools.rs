@@ -10,7 +10,7 @@
 //! mode), so the client sees ordinary `tool_calls`.
 //!
 //! The instruction text of each supported format lives in
-//! [`PromptFormat::how_to_call`] and nowhere else.
+//! `PromptFormat::how_to_call` and nowhere else.
 
 use std::collections::HashMap;
 

@@ -1,6 +1,8 @@
 //! Request normalization: rewrites an OpenAI request into what one vendor
 //! accepts, driven only by [`Profile`] fields. Every rewrite here is written
-//! once and switched on by data; no vendor is named in code.
+//! once and switched on by data; no vendor is named in code. Tool rewrites
+//! live in [`super::tools`] (native downgrades) and [`super::prompt_tools`]
+//! (prompt mode); this file decides which applies.
 
 use serde_json::{Map, Value, json};
 
