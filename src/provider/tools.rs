@@ -1,4 +1,4 @@
-//! Tool downgrades for upstreams with native tools, driven by [`ToolQuirks`]:
+//! Tool downgrades for upstreams with native tools, driven by the profile's `[tools]`:
 //! `strict` and unsupported schema keywords stripped, extra function fields
 //! dropped, `tool_choice` degraded, tool names the vendor rejects renamed
 //! (and the map back for answers), turn-scoped duplicate call ids made
