@@ -91,6 +91,79 @@ fn has_tool_result(r: &Request) -> bool {
         .unwrap_or(false)
 }
 
+fn has_tools(r: &Request) -> bool {
+    serde_json::from_slice::<Value>(&r.body).ok().is_some_and(|v| v.get("tools").is_some())
+}
+
+/// The prompt-mode history a second turn must carry: the call as hermes
+/// text and the result as a `<tool_response>` user message, no tool roles.
+fn prompt_history_rewritten(r: &Request) -> bool {
+    let Ok(v) = serde_json::from_slice::<Value>(&r.body) else { return false };
+    let msgs = v["messages"].as_array().cloned().unwrap_or_default();
+    let text = |m: &Value| m["content"].as_str().unwrap_or_default().to_string();
+    msgs.iter().all(|m| m["role"] != "tool" && m.get("tool_calls").is_none())
+        && msgs.iter().any(|m| m["role"] == "assistant" && text(m).contains("<tool_call>\n{\"name\":\"get_weather\""))
+        && msgs.iter().any(|m| m["role"] == "user" && text(m).contains("<tool_response name=\"get_weather\">\n"))
+}
+
+/// A prompt-mode upstream (no native tools): 400 for any request with
+/// `tools`, a hermes call in the text, then the answer once the rewritten
+/// history carries the result.
+async fn prompt_scenario(s: &MockServer) {
+    Mock::given(method("POST"))
+        .and(body_partial_json(json!({"model": "ploop"})))
+        .and(has_tools)
+        .respond_with(ResponseTemplate::new(400).set_body_json(
+            json!({"error": {"message": "tools are not supported by this model", "type": "invalid_request_error"}}),
+        ))
+        .with_priority(1)
+        .mount(s)
+        .await;
+    let answer = "It is 22C and sunny in Paris.";
+    let call =
+        "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>";
+    for stream in [true, false] {
+        let (first, second) = if stream {
+            let pieces = [
+                "Let me check.\n<tool_",
+                "call>\n{\"name\": \"get_weather\", ",
+                "\"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+            ];
+            let mut c: Vec<Value> = pieces.iter().map(|p| chunk(json!({"content": p}), None)).collect();
+            c.push(chunk(json!({}), Some("stop")));
+            let a = [
+                chunk(json!({"role": "assistant", "content": "It is 22C "}), None),
+                chunk(json!({"content": "and sunny in Paris."}), None),
+                chunk(json!({}), Some("stop")),
+            ];
+            (sse(&c), sse(&a))
+        } else {
+            (
+                ResponseTemplate::new(200)
+                    .set_body_json(completion(json!({"role": "assistant", "content": call}), "stop")),
+                ResponseTemplate::new(200)
+                    .set_body_json(completion(json!({"role": "assistant", "content": answer}), "stop")),
+            )
+        };
+        // Streamed mocks match `stream: true` first; the others take the rest.
+        let (body, prio) =
+            if stream { (json!({"model": "ploop", "stream": true}), 2) } else { (json!({"model": "ploop"}), 4) };
+        Mock::given(method("POST"))
+            .and(body_partial_json(body.clone()))
+            .and(prompt_history_rewritten)
+            .respond_with(second)
+            .with_priority(prio)
+            .mount(s)
+            .await;
+        Mock::given(method("POST"))
+            .and(body_partial_json(body))
+            .respond_with(first)
+            .with_priority(prio + 1)
+            .mount(s)
+            .await;
+    }
+}
+
 /// The scripted upstream: the request's model names the scenario.
 async fn scenarios() -> MockServer {
     let s = MockServer::start().await;
@@ -202,6 +275,7 @@ async fn scenarios() -> MockServer {
         json!({"error": {"message": "server overloaded, try later", "type": "server_error"}})
     );
     on(&s, "midfail", Some(true), ResponseTemplate::new(200).set_body_raw(mid, "text/event-stream")).await;
+    prompt_scenario(&s).await;
     s
 }
 
@@ -209,15 +283,17 @@ async fn start() -> (MockServer, Proxy) {
     let upstream = scenarios().await;
     let uri = format!("{}/v1", upstream.uri());
     let p = proxy_with("", &upstream.uri(), |c| {
-        c.providers.insert(
-            "t".into(),
-            ProviderConfig {
-                profile: Some("testvendor".into()),
-                base_url: Some(uri),
-                tool_calls: Some(ToolMode::Text),
-                ..Default::default()
-            },
-        );
+        for (name, mode) in [("t", ToolMode::Text), ("p", ToolMode::Prompt)] {
+            c.providers.insert(
+                name.into(),
+                ProviderConfig {
+                    profile: Some("testvendor".into()),
+                    base_url: Some(uri.clone()),
+                    tool_calls: Some(mode),
+                    ..Default::default()
+                },
+            );
+        }
     })
     .await;
     (upstream, p)

@@ -3,8 +3,10 @@
 
 mod errors;
 mod profile;
+pub mod prompt_tools;
 pub mod record;
 pub mod request;
+pub mod tools;
 pub mod upstream;
 
 use std::collections::BTreeMap;
@@ -12,7 +14,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub use errors::{UpstreamError, error_in_success, map_error};
-pub use profile::{Profile, ReasoningReplay, ThinkingStyle, ToolMode};
+pub use profile::{
+    ConflictFallback, Profile, PromptFormat, ReasoningReplay, ThinkingConflict, ThinkingStyle, ToolMode,
+};
 
 use crate::config::{Config, ConfigError, UpstreamConfig};
 use crate::toolcall::FormatSet;
@@ -56,10 +60,13 @@ pub struct Provider {
     pub mode: ToolMode,
     pub models: Vec<String>,
     pub upstream: UpstreamConfig,
-    /// Text formats by model glob, first match wins.
-    formats: Vec<(globset::GlobMatcher, Arc<FormatSet>)>,
+    /// Text formats by model glob, first match wins: as configured, and with
+    /// the prompt format added (for prompt mode).
+    formats: Vec<(globset::GlobMatcher, Formats)>,
     /// Formats for models that match no glob (all of them).
-    all_formats: Arc<FormatSet>,
+    all_formats: Formats,
+    /// Models that get prompt-mode tools whatever the provider's mode.
+    prompt_models: Vec<globset::GlobMatcher>,
     /// Reasoning splitting only (no tool recovery).
     no_formats: Arc<FormatSet>,
 }
@@ -69,22 +76,50 @@ impl Provider {
         self.api_key.as_deref()
     }
 
+    /// Whether `model`'s tools are emulated by prompt (the provider's mode,
+    /// or `[tools] prompt_models`).
+    pub fn prompt_for(&self, model: &str) -> bool {
+        let model = model.to_ascii_lowercase();
+        self.mode == ToolMode::Prompt || self.prompt_models.iter().any(|g| g.is_match(&model))
+    }
+
     /// The tool-call formats to recover for `model` (`None` set when the
-    /// mode or the request calls for no recovery).
-    pub fn formats_for(&self, model: &str, declares_tools: bool) -> Arc<FormatSet> {
-        let recover = match self.mode {
-            ToolMode::Native => false,
-            ToolMode::Text | ToolMode::Prompt => true,
-            ToolMode::Auto => declares_tools,
-        };
+    /// mode or the request calls for no recovery). `prompt` says the tools
+    /// were emulated by prompt for this request, so the prompt's format is
+    /// always among them.
+    pub fn formats_for(&self, model: &str, declares_tools: bool, prompt: bool) -> Arc<FormatSet> {
+        let recover = prompt
+            || match self.mode {
+                ToolMode::Native => false,
+                ToolMode::Text | ToolMode::Prompt => true,
+                ToolMode::Auto => declares_tools,
+            };
         if !recover {
             return self.no_formats.clone();
         }
         let model = model.to_ascii_lowercase();
-        self.formats
-            .iter()
-            .find(|(g, _)| g.is_match(&model))
-            .map_or_else(|| self.all_formats.clone(), |(_, s)| s.clone())
+        let f = self.formats.iter().find(|(g, _)| g.is_match(&model)).map_or(&self.all_formats, |(_, f)| f);
+        if prompt { f.with_prompt.clone() } else { f.plain.clone() }
+    }
+}
+
+/// One format choice, without and with the prompt format.
+#[derive(Debug)]
+struct Formats {
+    plain: Arc<FormatSet>,
+    with_prompt: Arc<FormatSet>,
+}
+
+impl Formats {
+    fn named(names: &[String], prompt: &str, provider: &str) -> Result<Self, ConfigError> {
+        let mut with: Vec<String> = names.to_vec();
+        with.push(prompt.to_string());
+        Ok(Formats { plain: Arc::new(named(names, provider)?), with_prompt: Arc::new(named(&with, provider)?) })
+    }
+
+    fn all() -> Self {
+        let all = Arc::new(FormatSet::all());
+        Formats { plain: all.clone(), with_prompt: all }
     }
 }
 
@@ -130,9 +165,10 @@ impl Providers {
             })?;
             let key_env = pc.api_key_env.clone().or_else(|| profile.api_key_env.clone());
             let api_key = key_env.and_then(|v| std::env::var(v).ok()).filter(|k| !k.is_empty());
+            let prompt_fmt = profile.tools.prompt_format.recovery_format();
             let mut formats = Vec::new();
             let all_formats = match &pc.formats {
-                Some(names) => Arc::new(named(names, name)?),
+                Some(names) => Formats::named(names, prompt_fmt, name)?,
                 None => {
                     // The most specific (longest) glob wins, whatever the key order.
                     let mut globs: Vec<_> = profile.tools.formats.iter().collect();
@@ -140,11 +176,21 @@ impl Providers {
                     for (glob, names) in globs {
                         let g = globset::Glob::new(&glob.to_ascii_lowercase())
                             .map_err(|e| ConfigError::Invalid(format!("provider {name}: model glob {glob:?}: {e}")))?;
-                        formats.push((g.compile_matcher(), Arc::new(named(names, name)?)));
+                        formats.push((g.compile_matcher(), Formats::named(names, prompt_fmt, name)?));
                     }
-                    Arc::new(FormatSet::all())
+                    Formats::all()
                 }
             };
+            let mut prompt_models = Vec::new();
+            for glob in &profile.tools.prompt_models {
+                let g = globset::Glob::new(&glob.to_ascii_lowercase())
+                    .map_err(|e| ConfigError::Invalid(format!("provider {name}: prompt_models glob {glob:?}: {e}")))?;
+                prompt_models.push(g.compile_matcher());
+            }
+            if let Some(c) = &profile.tools.name_chars {
+                regex::Regex::new(c)
+                    .map_err(|e| ConfigError::Invalid(format!("provider {name}: [tools] name_chars {c:?}: {e}")))?;
+            }
             let provider = Provider {
                 name: name.clone(),
                 base_url: pc
@@ -159,14 +205,10 @@ impl Providers {
                 upstream: pc.upstream.clone().unwrap_or_else(|| config.upstream.clone()),
                 formats,
                 all_formats,
+                prompt_models,
                 no_formats: Arc::new(FormatSet::none()),
                 profile,
             };
-            if provider.mode == ToolMode::Prompt {
-                return Err(ConfigError::Invalid(format!(
-                    "provider {name}: tool_calls = \"prompt\" is not available in this version yet; use \"text\" or \"auto\""
-                )));
-            }
             by_name.insert(name.clone(), Arc::new(provider));
         }
         if let Some(d) = &config.default_provider

@@ -1,6 +1,8 @@
 //! The provider profile: the data model of `providers/*.toml`. A profile is
 //! data only; each field switches on code written once in
-//! [`request`](super::request), [`crate::stream`] or [`errors`](super::errors).
+//! [`request`](super::request), [`tools`](super::tools),
+//! [`prompt_tools`](super::prompt_tools), [`crate::stream`] or
+//! [`errors`](super::errors).
 //! Adding a vendor is adding one file.
 
 use std::collections::BTreeMap;
@@ -92,6 +94,10 @@ pub struct Thinking {
     /// Qwen3): such calls are streamed upstream and assembled here.
     #[serde(default)]
     pub stream_only: bool,
+    /// The models think unless told not to (Kimi K2.5+, GLM-4.7+): a request
+    /// that says nothing counts as thinking for `[tools] thinking_conflict`.
+    #[serde(default)]
+    pub on_by_default: bool,
     /// What the vendor expects of earlier assistant turns' reasoning in the
     /// history (DeepSeek thinking mode answers 400 without it on tool-call
     /// turns; the R1-era reasoner answers 400 with it).
@@ -141,7 +147,8 @@ pub enum ReasoningReplay {
 #[derive(Debug, Clone, Copy, Deserialize, Default, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum ThinkingStyle {
-    /// Pass `reasoning_effort` through unchanged.
+    /// Pass `reasoning_effort` through unchanged (turned off with
+    /// `reasoning_effort: "none"`).
     #[default]
     Effort,
     /// `thinking: {"type": "enabled" | "disabled"}` (DeepSeek, GLM, Kimi, Doubao).
@@ -190,6 +197,82 @@ pub struct ToolQuirks {
     /// `parallel_tool_calls` is not accepted.
     #[serde(default)]
     pub drop_parallel_tool_calls: bool,
+    /// Models (globs, lower-cased) that get prompt-mode tools even when the
+    /// provider's mode is not `prompt`: for an upstream that serves some
+    /// models without native tools.
+    #[serde(default)]
+    pub prompt_models: Vec<String>,
+    /// The text format prompt mode asks the model to write calls in
+    /// (`hermes`, the default, or `markdown_json_fence`).
+    #[serde(default)]
+    pub prompt_format: PromptFormat,
+    /// JSON-schema keywords removed, at any depth, from tool parameter
+    /// schemas (`["format", "additionalProperties", "$schema"]`). Property
+    /// names that happen to equal a keyword are kept.
+    #[serde(default)]
+    pub strip_schema_keywords: Vec<String>,
+    /// Fields removed from each tool's `function` object (`["input_schema"]`).
+    #[serde(default)]
+    pub drop_function_fields: Vec<String>,
+    /// The characters a tool name may use, as a regex matching one character
+    /// (`"[A-Za-z0-9_-]"`). Names with others are renamed upstream (other
+    /// characters become `_`, plus a hash suffix) and mapped back in answers.
+    #[serde(default)]
+    pub name_chars: Option<String>,
+    /// The longest tool name the vendor accepts; longer names are renamed
+    /// like `name_chars` violations.
+    #[serde(default)]
+    pub name_max_len: Option<usize>,
+    /// Tool-call ids are unique only within one turn (Kimi's
+    /// `functions.x:0`) but must be unique in a request: later duplicates in
+    /// the history get a stable rewritten id (the first occurrence is sent as
+    /// is), and their `tool` results follow.
+    #[serde(default)]
+    pub dedupe_call_ids: bool,
+    /// Tool-call ids must be exactly 9 ASCII letters or digits (Mistral):
+    /// other ids in the history are mapped by hash, the same way every turn.
+    #[serde(default)]
+    pub call_id_alnum9: bool,
+    /// What the vendor refuses while thinking is on: `"tools"` (any tools)
+    /// or `"forced_choice"` (`tool_choice` required or named).
+    #[serde(default)]
+    pub thinking_conflict: Option<ThinkingConflict>,
+    /// How such a turn is sent instead: `"disable_thinking"` (default) or
+    /// `"prompt"` (prompt-mode tools, thinking kept).
+    #[serde(default)]
+    pub on_thinking_conflict: ConflictFallback,
+}
+
+/// The prompt-mode output format (see [`crate::provider::prompt_tools`]).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptFormat {
+    /// `<tool_call>{"name": …, "arguments": {…}}</tool_call>` per call.
+    #[default]
+    Hermes,
+    /// One ```` ```json ```` fence holding a call object or an array of them.
+    MarkdownJsonFence,
+}
+
+/// What a vendor rejects together with thinking.
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum ThinkingConflict {
+    /// Any request with tools.
+    Tools,
+    /// `tool_choice: "required"` or a named function.
+    ForcedChoice,
+}
+
+/// The fallback for a [`ThinkingConflict`].
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ConflictFallback {
+    /// Thinking is switched off for that turn.
+    #[default]
+    DisableThinking,
+    /// Tools are emulated by prompt for that turn; thinking stays on.
+    Prompt,
 }
 
 /// `tool_calls` modes (DESIGN.md).
@@ -200,7 +283,9 @@ pub enum ToolMode {
     Native,
     /// Native plus recovery of calls written in the text, always.
     Text,
-    /// Tools are described in a prompt (upstream takes none).
+    /// Tools are described in a prompt and the tool history is rewritten as
+    /// text (upstream takes none); calls are parsed from the answer. See
+    /// [`crate::provider::prompt_tools`].
     Prompt,
     /// Native plus text recovery whenever the request declared tools.
     #[default]
@@ -248,6 +333,10 @@ impl Profile {
             (self.tools.strip_strict, "strips strict from tools"),
             (self.tools.tool_choice_auto_only, "tool_choice degraded to auto"),
             (self.tools.drop_parallel_tool_calls, "drops parallel_tool_calls"),
+            (self.tools.dedupe_call_ids, "de-duplicates turn-scoped tool-call ids"),
+            (self.tools.call_id_alnum9, "maps tool-call ids to 9 alphanumerics"),
+            (!self.tools.strip_schema_keywords.is_empty(), "strips unsupported schema keywords"),
+            (self.tools.name_chars.is_some() || self.tools.name_max_len.is_some(), "renames tool names it rejects"),
             (self.thinking.stream_only, "thinking calls streamed upstream"),
             (self.response.starts_in_reasoning, "output starts in <think>"),
         ];
@@ -257,6 +346,12 @@ impl Profile {
         }
         if self.thinking.style != ThinkingStyle::Effort {
             v.push(format!("reasoning_effort sent as {:?}", self.thinking.style));
+        }
+        if let Some(c) = self.tools.thinking_conflict {
+            v.push(format!("{c:?} with thinking: {:?}", self.tools.on_thinking_conflict));
+        }
+        if !self.tools.prompt_models.is_empty() {
+            v.push(format!("prompt-mode tools for {}", self.tools.prompt_models.join(", ")));
         }
         for (k, f) in &self.tools.formats {
             v.push(format!("{k}: tool calls in text as {}", f.join("/")));

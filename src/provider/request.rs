@@ -1,22 +1,34 @@
 //! Request normalization: rewrites an OpenAI request into what one vendor
 //! accepts, driven only by [`Profile`] fields. Every rewrite here is written
-//! once and switched on by data; no vendor is named in code.
+//! once and switched on by data; no vendor is named in code. Tool rewrites
+//! live in [`super::tools`] (native downgrades) and [`super::prompt_tools`]
+//! (prompt mode); this file decides which applies.
 
 use serde_json::{Map, Value, json};
 
-use super::profile::{Profile, ThinkingStyle};
+use super::profile::{ConflictFallback, Profile, ThinkingConflict, ThinkingStyle};
+use super::tools::NamesBack;
+use super::{prompt_tools, tools};
 use crate::openai::{ChatRequest, Message};
 
 /// What the normalizer decided beyond the body itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
     /// Send `stream: true` upstream even if the client did not stream (the
     /// answer is assembled before it is returned).
     pub stream_upstream: bool,
+    /// Tools were emulated by prompt: the answer's text must be parsed.
+    pub prompt: bool,
+    /// Whether the model was offered the request's tools (not with
+    /// `tool_choice: "none"` in prompt mode); calls are recovered only then.
+    pub tools_offered: bool,
+    /// Renamed tool names, upstream → client, for the answer.
+    pub names_back: NamesBack,
 }
 
-/// Rewrites `req` in place for `profile`; `model` is the upstream model name.
-pub fn normalize(req: &mut ChatRequest, profile: &Profile, model: &str) -> Plan {
+/// Rewrites `req` in place for `profile`; `model` is the upstream model name
+/// and `prompt` says whether this model's tools are emulated by prompt.
+pub fn normalize(req: &mut ChatRequest, profile: &Profile, model: &str, prompt: bool) -> Plan {
     req.model = model.to_string();
     let q = &profile.request;
     for m in &mut req.messages {
@@ -38,9 +50,27 @@ pub fn normalize(req: &mut ChatRequest, profile: &Profile, model: &str) -> Plan 
     if q.merge_system {
         merge_system(&mut req.messages);
     }
-    tools(req, profile);
     let client_streams = req.is_stream();
-    let thinking_on = thinking(req, profile);
+    let mut thinking_on = thinking(req, profile);
+    let mut prompt = prompt;
+    if !prompt && let Some(reason) = thinking_conflict(req, profile, thinking_on) {
+        match profile.tools.on_thinking_conflict {
+            ConflictFallback::DisableThinking => {
+                tracing::info!(model, reason, "thinking switched off for this turn");
+                set_thinking(&mut req.extra, profile.thinking.style, false);
+                thinking_on = Some(false);
+            }
+            ConflictFallback::Prompt => {
+                tracing::info!(model, reason, "tools emulated by prompt for this turn");
+                prompt = true;
+            }
+        }
+    }
+    let (tools_offered, names_back) = if prompt {
+        (prompt_tools::emulate(req, profile.tools.prompt_format), NamesBack::new())
+    } else {
+        (true, tools::downgrade(req, &profile.tools))
+    };
     let stream_upstream = !client_streams && profile.thinking.stream_only && thinking_on != Some(false);
     if stream_upstream {
         req.stream = Some(true);
@@ -50,7 +80,57 @@ pub fn normalize(req: &mut ChatRequest, profile: &Profile, model: &str) -> Plan 
         req.extra.remove("stream_options");
     }
     params(&mut req.extra, profile);
-    Plan { stream_upstream }
+    Plan { stream_upstream, prompt, tools_offered, names_back }
+}
+
+/// Why this request would be refused (tools or a forced choice while
+/// thinking), per `[tools] thinking_conflict`.
+fn thinking_conflict(req: &ChatRequest, profile: &Profile, thinking_on: Option<bool>) -> Option<&'static str> {
+    let conflict = profile.tools.thinking_conflict?;
+    if !thinking_on.unwrap_or(profile.thinking.on_by_default) || !req.declares_tools() {
+        return None;
+    }
+    let choice = req.extra.get("tool_choice");
+    let forced = match choice {
+        Some(Value::String(s)) if s == "none" => return None,
+        Some(Value::String(s)) => s == "required",
+        Some(Value::Object(_)) => true,
+        _ => false,
+    };
+    match conflict {
+        ThinkingConflict::Tools => Some("the vendor rejects tools while thinking is on"),
+        ThinkingConflict::ForcedChoice if forced => {
+            Some("the vendor rejects a forced tool_choice while thinking is on")
+        }
+        ThinkingConflict::ForcedChoice => None,
+    }
+}
+
+/// Sets the vendor's thinking switch, overriding what the client sent.
+fn set_thinking(body: &mut Map<String, Value>, style: ThinkingStyle, on: bool) {
+    body.remove("reasoning_effort");
+    match style {
+        ThinkingStyle::Effort => {
+            if !on {
+                body.insert("reasoning_effort".into(), json!("none"));
+            }
+        }
+        ThinkingStyle::ThinkingType => {
+            body.insert("thinking".into(), json!({"type": if on { "enabled" } else { "disabled" }}));
+        }
+        ThinkingStyle::EnableThinking => {
+            body.insert("enable_thinking".into(), json!(on));
+        }
+        ThinkingStyle::ChatTemplateKwargs => {
+            let kw = body.entry("chat_template_kwargs").or_insert_with(|| json!({}));
+            if let Some(kw) = kw.as_object_mut() {
+                kw.insert("enable_thinking".into(), json!(on));
+            }
+        }
+        ThinkingStyle::Think => {
+            body.insert("think".into(), json!(on));
+        }
+    }
 }
 
 /// Parameter drops, renames, clamps and defaults.
@@ -92,7 +172,8 @@ fn flatten_text_parts(m: &mut Message) {
     m.content = Value::String(text);
 }
 
-fn text_of(content: &Value) -> String {
+/// The text of a message content (parts joined by newlines).
+pub(super) fn text_of(content: &Value) -> String {
     match content {
         Value::String(s) => s.clone(),
         Value::Array(parts) => {
@@ -138,39 +219,6 @@ fn json_schema_to_prompt(req: &mut ChatRequest) {
     req.extra.insert("response_format".into(), json!({"type": "json_object"}));
     let text = format!("Respond with a single JSON object that validates against this JSON schema:\n{schema}");
     append_system(&mut req.messages, &text);
-}
-
-/// Tool-surface downgrades.
-fn tools(req: &mut ChatRequest, profile: &Profile) {
-    let t = &profile.tools;
-    if t.drop_parallel_tool_calls {
-        req.extra.remove("parallel_tool_calls");
-    }
-    if t.strip_strict {
-        for tool in req.tools.iter_mut().flatten() {
-            if let Some(f) = tool.get_mut("function").and_then(Value::as_object_mut) {
-                f.remove("strict");
-            }
-        }
-    }
-    if t.tool_choice_auto_only {
-        match req.extra.get("tool_choice").cloned() {
-            Some(Value::String(s)) if s == "none" => {
-                req.tools = None;
-                req.extra.remove("tool_choice");
-            }
-            Some(Value::String(s)) if s == "required" => {
-                req.extra.insert("tool_choice".into(), json!("auto"));
-                append_system(&mut req.messages, "You must call one of the provided tools in this reply.");
-            }
-            Some(Value::Object(o)) => {
-                let name = o.get("function").and_then(|f| f.get("name")).and_then(Value::as_str).unwrap_or("");
-                req.extra.insert("tool_choice".into(), json!("auto"));
-                append_system(&mut req.messages, &format!("You must call the tool `{name}` in this reply."));
-            }
-            _ => {}
-        }
-    }
 }
 
 /// Translates the client's `reasoning_effort` into the vendor's switch.
@@ -243,7 +291,7 @@ mod tests {
                 {"role": "user", "content": [{"type": "text", "text": "hi"}]}
             ]
         }));
-        normalize(&mut r, &p, "up");
+        normalize(&mut r, &p, "up", false);
         let v = serde_json::to_value(&r).unwrap_or_default();
         assert_eq!(v["model"], "up");
         assert_eq!(v["messages"][0], json!({"role": "system", "content": "a\n\nb"}));
@@ -259,11 +307,11 @@ mod tests {
         p.thinking.style = ThinkingStyle::EnableThinking;
         p.thinking.stream_only = true;
         let mut r = req(json!({"model": "x", "messages": [], "reasoning_effort": "high"}));
-        let plan = normalize(&mut r, &p, "m");
+        let plan = normalize(&mut r, &p, "m", false);
         assert!(plan.stream_upstream);
         assert_eq!(r.extra["enable_thinking"], true);
         assert!(!r.extra.contains_key("reasoning_effort"));
         let mut r = req(json!({"model": "x", "messages": [], "enable_thinking": false}));
-        assert!(!normalize(&mut r, &p, "m").stream_upstream);
+        assert!(!normalize(&mut r, &p, "m", false).stream_upstream);
     }
 }

@@ -39,15 +39,23 @@ pub async fn completions(State(s): State<Shared>, body: Bytes) -> Result<Respons
     let route = route_for(&s, &req.model)?;
     let provider = route.provider.clone();
     let client_stream = req.is_stream();
-    let settings = Settings {
-        formats: provider.formats_for(&route.model, req.declares_tools()),
-        tools: Arc::new(req.tools.as_deref().map(ToolIndex::from_openai).unwrap_or_default()),
-        starts_in_reasoning: provider.profile.response.starts_in_reasoning,
-        want_usage: client_stream && req.wants_usage(),
-        finish_map: provider.profile.response.finish_reason.clone(),
-    };
+    let client_tools = req.tools.clone().unwrap_or_default();
+    let declares_tools = req.declares_tools();
+    let want_usage = client_stream && req.wants_usage();
+    let single_call = req.extra.get("parallel_tool_calls") == Some(&Value::Bool(false));
+    // Before the rewrites: prompt mode turns tool-call turns into text.
     crate::reasoning::prepare_history(&mut req, &provider.profile, &route.model, s.store.as_ref()).await;
-    request::normalize(&mut req, &provider.profile, &route.model);
+    let plan = request::normalize(&mut req, &provider.profile, &route.model, provider.prompt_for(&route.model));
+    let tools = if plan.tools_offered { tool_index(&client_tools, &plan.names_back) } else { ToolIndex::default() };
+    let settings = Settings {
+        formats: provider.formats_for(&route.model, declares_tools, plan.prompt),
+        tools: Arc::new(tools),
+        starts_in_reasoning: provider.profile.response.starts_in_reasoning,
+        want_usage,
+        finish_map: provider.profile.response.finish_reason.clone(),
+        names_back: plan.names_back,
+        single_call,
+    };
     let reply = s.upstream.post(&provider, "chat/completions", &req).await?;
     let mut norm = Normalizer::new(settings);
     match reply {
@@ -89,6 +97,19 @@ pub async fn completions(State(s): State<Shared>, body: Bytes) -> Result<Respons
             }
         }
     }
+}
+
+/// The client's tools, plus each renamed tool under its upstream name so a
+/// call the model writes in text with that name is recognized (and mapped
+/// back by the normalizer).
+fn tool_index(tools: &[Value], names_back: &std::collections::BTreeMap<String, String>) -> ToolIndex {
+    let client = ToolIndex::from_openai(tools);
+    let mut all: Vec<(String, Value)> =
+        client.names().map(|n| (n.to_string(), client.schema(n).cloned().unwrap_or(Value::Null))).collect();
+    for (up, name) in names_back {
+        all.push((up.clone(), client.schema(name).cloned().unwrap_or(Value::Null)));
+    }
+    ToolIndex::new(all)
 }
 
 /// Parses the body with OpenAI-style 400s for every kind of bad input.

@@ -11,6 +11,9 @@
 //! * maps `reasoning` (vLLM, StepFun) to `reasoning_content`;
 //! * fixes `finish_reason` (`tool_calls` when calls were emitted, vendor
 //!   values such as `sensitive` mapped);
+//! * maps tool names the request renamed for the vendor back to the
+//!   client's, and keeps only the first call when the client asked for
+//!   `parallel_tool_calls: false` (upstreams may ignore it);
 //! * moves usage to a final `choices: []` chunk when the client asked for
 //!   `include_usage`, and otherwise onto the finish chunk.
 
@@ -29,6 +32,10 @@ pub struct Settings {
     pub want_usage: bool,
     /// Vendor finish reasons to OpenAI's (profile data).
     pub finish_map: std::collections::BTreeMap<String, String>,
+    /// Upstream tool names → the client's (names renamed for the vendor).
+    pub names_back: std::collections::BTreeMap<String, String>,
+    /// Keep only the first tool call (`parallel_tool_calls: false`).
+    pub single_call: bool,
 }
 
 struct NativeCall {
@@ -36,6 +43,8 @@ struct NativeCall {
     upstream_id: Option<String>,
     index: u32,
     args_len: usize,
+    /// A call after the first when only one is wanted: never sent.
+    dropped: bool,
 }
 
 struct ChoiceState {
@@ -160,7 +169,7 @@ impl Normalizer {
             self.apply_events(ci, &mut d, &mut pending);
         }
         if let Some(tcs) = tool_calls {
-            let fixed: Vec<ToolCallDelta> = tcs.into_iter().map(|tc| self.native_call(ci, tc)).collect();
+            let fixed: Vec<ToolCallDelta> = tcs.into_iter().filter_map(|tc| self.native_call(ci, tc)).collect();
             if !fixed.is_empty() {
                 d.tool_calls.get_or_insert_with(Vec::new).extend(fixed);
             }
@@ -200,9 +209,16 @@ impl Normalizer {
             match ev {
                 Event::Text(t) => push_str(&mut d.content, &t),
                 Event::Reasoning(t) => push_str(&mut d.reasoning_content, &t),
-                Event::Call(call) => {
-                    pending.push(std::mem::take(d));
+                Event::Call(mut call) => {
                     let st = &mut self.choices[ci];
+                    if self.s.single_call && st.next_call > 0 {
+                        tracing::debug!(name = call.name, "extra tool call dropped (parallel_tool_calls: false)");
+                        continue;
+                    }
+                    if let Some(n) = self.s.names_back.get(&call.name) {
+                        call.name = n.clone();
+                    }
+                    pending.push(std::mem::take(d));
                     let index = st.next_call;
                     st.next_call += 1;
                     let id = call.id.clone().unwrap_or_else(new_call_id);
@@ -215,8 +231,10 @@ impl Normalizer {
         }
     }
 
-    /// Repairs one native tool-call delta.
-    fn native_call(&mut self, ci: usize, tc: ToolCallDelta) -> ToolCallDelta {
+    /// Repairs one native tool-call delta; `None` for a dropped call.
+    fn native_call(&mut self, ci: usize, tc: ToolCallDelta) -> Option<ToolCallDelta> {
+        let single = self.s.single_call;
+        let names_back = &self.s.names_back;
         let st = &mut self.choices[ci];
         let id = tc.id.filter(|i| !i.is_empty());
         let found = match (&id, tc.index) {
@@ -228,12 +246,26 @@ impl Normalizer {
             Some(s) => (s, false),
             None => {
                 let index = st.next_call;
-                st.next_call += 1;
-                st.native.push(NativeCall { upstream_index: tc.index, upstream_id: id.clone(), index, args_len: 0 });
+                let dropped = single && index > 0;
+                if dropped {
+                    tracing::debug!("extra native tool call dropped (parallel_tool_calls: false)");
+                } else {
+                    st.next_call += 1;
+                }
+                st.native.push(NativeCall {
+                    upstream_index: tc.index,
+                    upstream_id: id.clone(),
+                    index,
+                    args_len: 0,
+                    dropped,
+                });
                 (st.native.len() - 1, true)
             }
         };
         let call = &mut st.native[slot];
+        if call.dropped {
+            return None;
+        }
         let f = tc.function.unwrap_or_default();
         let args = match f.arguments {
             Some(Value::String(s)) => Some(s),
@@ -255,13 +287,13 @@ impl Normalizer {
             out.id = Some(id);
             out.kind = Some("function".into());
             if let Some(func) = out.function.as_mut() {
-                func.name = f.name;
+                func.name = f.name.map(|n| names_back.get(&n).cloned().unwrap_or(n));
                 if func.arguments.is_none() {
                     func.arguments = Some(Value::String(String::new()));
                 }
             }
         }
-        out
+        Some(out)
     }
 
     /// Flushes the extractor and fixes the finish reason of a choice.
@@ -272,7 +304,7 @@ impl Normalizer {
         self.apply_events(ci, &mut d, pending);
         pending.push(d);
         let st = &self.choices[ci];
-        for c in st.native.iter().filter(|c| c.args_len == 0) {
+        for c in st.native.iter().filter(|c| c.args_len == 0 && !c.dropped) {
             pending.push(tool_delta(c.index, None, None, Some("{}".into())));
         }
         let emitted = st.next_call > 0;

@@ -56,9 +56,9 @@ def reasoning_is_split_out():
     assert m.model_extra.get("reasoning_content") == "Paris in June.", m.model_extra
 
 
-def helper_stream(model):
+def helper_stream(model, messages=MSGS):
     names = []
-    with client.chat.completions.stream(model=model, messages=MSGS, tools=TOOLS) as s:
+    with client.chat.completions.stream(model=model, messages=messages, tools=TOOLS) as s:
         for ev in s:
             if ev.type == "tool_calls.function.arguments.done":
                 names.append(ev.name)
@@ -106,6 +106,50 @@ def text_tool_call_recovered_in_text_mode_provider():
     assert_weather_call(r.choices[0].message, content="Let me check.")
     names, final = helper_stream("t/text")
     assert_weather_call(final.choices[0].message, content="Let me check.")
+
+
+def prompt_mode_loop(stream):
+    # The upstream 400s on any request with `tools`: the proxy must describe
+    # them in the prompt, parse the call from the text, and rewrite the
+    # history (call as text, result as a user message) on the next turn.
+    messages = list(MSGS)
+    if stream:
+        names, final = helper_stream("p/ploop", messages)
+        assert names == ["get_weather"], names
+        first = final.choices[0]
+    else:
+        first = client.chat.completions.create(model="p/ploop", messages=messages, tools=TOOLS).choices[0]
+    assert first.finish_reason == "tool_calls", first
+    msg = first.message
+    assert_weather_call(msg, content="Let me check.")
+    call = msg.tool_calls[0]
+    messages.append({"role": "assistant", "content": msg.content, "tool_calls": [
+        {"id": call.id, "type": "function", "function": {"name": call.function.name, "arguments": call.function.arguments}}]})
+    messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temp_c": 22, "sky": "sunny"})})
+    if stream:
+        parts, finish = [], None
+        for chunk in client.chat.completions.create(model="p/ploop", messages=messages, tools=TOOLS, stream=True):
+            d = chunk.choices[0].delta
+            assert not d.tool_calls, d
+            parts.append(d.content or "")
+            finish = chunk.choices[0].finish_reason or finish
+        text = "".join(parts)
+    else:
+        r = client.chat.completions.create(model="p/ploop", messages=messages, tools=TOOLS)
+        assert not r.choices[0].message.tool_calls, r
+        text, finish = r.choices[0].message.content, r.choices[0].finish_reason
+    assert text == "It is 22C and sunny in Paris.", text
+    assert finish == "stop", finish
+
+
+@check
+def prompt_mode_two_turn_tool_loop():
+    prompt_mode_loop(stream=False)
+
+
+@check
+def prompt_mode_two_turn_tool_loop_streamed():
+    prompt_mode_loop(stream=True)
 
 
 @check
