@@ -30,6 +30,8 @@ fn settings() -> Settings {
         starts_in_reasoning: false,
         want_usage: false,
         finish_map: Default::default(),
+        names_back: Default::default(),
+        single_call: false,
     }
 }
 
