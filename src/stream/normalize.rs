@@ -42,7 +42,8 @@ struct NativeCall {
     upstream_index: Option<u32>,
     upstream_id: Option<String>,
     index: u32,
-    args_len: usize,
+    /// The arguments forwarded so far.
+    args: String,
     /// A call after the first when only one is wanted: never sent.
     dropped: bool,
 }
@@ -256,7 +257,7 @@ impl Normalizer {
                     upstream_index: tc.index,
                     upstream_id: id.clone(),
                     index,
-                    args_len: 0,
+                    args: String::new(),
                     dropped,
                 });
                 (st.native.len() - 1, true)
@@ -272,7 +273,13 @@ impl Normalizer {
             Some(Value::Null) | None => None,
             Some(v) => Some(v.to_string()),
         };
-        call.args_len += args.as_ref().map_or(0, String::len);
+        // Some servers (vLLM GLM-5.1 with MTP, vllm#42167) re-send the whole
+        // arguments so far instead of the next piece: forward only what is new.
+        let args = args.map(|a| match a.strip_prefix(call.args.as_str()) {
+            Some(rest) if !call.args.is_empty() => rest.to_string(),
+            _ => a,
+        });
+        call.args.push_str(args.as_deref().unwrap_or(""));
         let mut out = ToolCallDelta {
             index: Some(call.index),
             id: None,
@@ -304,7 +311,7 @@ impl Normalizer {
         self.apply_events(ci, &mut d, pending);
         pending.push(d);
         let st = &self.choices[ci];
-        for c in st.native.iter().filter(|c| c.args_len == 0 && !c.dropped) {
+        for c in st.native.iter().filter(|c| c.args.is_empty() && !c.dropped) {
             pending.push(tool_delta(c.index, None, None, Some("{}".into())));
         }
         let emitted = st.next_call > 0;
