@@ -11,3 +11,4 @@ pub mod server;
 pub mod state;
 pub mod stream;
 pub mod toolcall;
+pub mod tools;

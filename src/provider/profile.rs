@@ -146,6 +146,11 @@ pub struct ToolQuirks {
     /// `parallel_tool_calls` is not accepted.
     #[serde(default)]
     pub drop_parallel_tool_calls: bool,
+    /// The models take images: images returned by server-side tools are
+    /// sent on in a `user` message after the tool results (else they are
+    /// replaced by a text note).
+    #[serde(default)]
+    pub vision: bool,
 }
 
 /// `tool_calls` modes (DESIGN.md).
@@ -204,6 +209,7 @@ impl Profile {
             (self.tools.strip_strict, "strips strict from tools"),
             (self.tools.tool_choice_auto_only, "tool_choice degraded to auto"),
             (self.tools.drop_parallel_tool_calls, "drops parallel_tool_calls"),
+            (self.tools.vision, "tool-result images sent as user images"),
             (self.thinking.stream_only, "thinking calls streamed upstream"),
             (self.response.starts_in_reasoning, "output starts in <think>"),
         ];
