@@ -180,6 +180,7 @@ impl Loop {
             let cfg = &self.registry.config;
             let max = cfg.max_iterations.max(1);
             let deadline = Instant::now() + cfg.deadline();
+            let out_of_time = format!("the tool loop ran out of its time budget ({:.0}s)", cfg.deadline_secs);
             let mut history = self.base.messages.clone();
             let mut hidden: Vec<Message> = Vec::new();
             let mut out = Out::default();
@@ -189,15 +190,16 @@ impl Loop {
                 iteration += 1;
                 let remaining = deadline.saturating_duration_since(Instant::now());
                 if remaining.is_zero() {
-                    for it in out.stop(&format!("the tool loop ran out of its time budget ({:.0}s)", cfg.deadline_secs), "deadline", self.trace) { yield Ok(it); }
+                    for it in out.stop(&out_of_time, "deadline", self.trace) { yield Ok(it); }
                     break;
                 }
                 let req = self.request(&history, iteration);
-                let mut chunks = match tokio::time::timeout(remaining, upstream_chunks(&self.s, &self.provider, &req, self.settings())).await {
+                let call = upstream_chunks(&self.s, &self.provider, &req, self.settings());
+                let mut chunks = match tokio::time::timeout(remaining, call).await {
                     Ok(Ok(c)) => c,
                     Ok(Err(e)) => { yield Err(e); return; }
                     Err(_) => {
-                        for it in out.stop(&format!("the tool loop ran out of its time budget ({:.0}s)", cfg.deadline_secs), "deadline", self.trace) { yield Ok(it); }
+                        for it in out.stop(&out_of_time, "deadline", self.trace) { yield Ok(it); }
                         break;
                     }
                 };
@@ -219,7 +221,7 @@ impl Loop {
                     }
                 }
                 if timed_out {
-                    for it in out.stop(&format!("the tool loop ran out of its time budget ({:.0}s)", cfg.deadline_secs), "deadline", self.trace) { yield Ok(it); }
+                    for it in out.stop(&out_of_time, "deadline", self.trace) { yield Ok(it); }
                     hidden.push(assistant(&turn.content, &[]));
                     break;
                 }
@@ -227,7 +229,10 @@ impl Loop {
                     turn.calls.values().cloned().partition(|c| self.server_names.contains(&c.name));
                 if server.is_empty() {
                     let finish = if client.is_empty() {
-                        match turn.finish.as_deref() { Some("tool_calls") | None => "stop".to_string(), Some(f) => f.to_string() }
+                        match turn.finish.as_deref() {
+                            Some("tool_calls") | None => "stop".to_string(),
+                            Some(f) => f.to_string(),
+                        }
                     } else {
                         "tool_calls".to_string()
                     };
@@ -236,7 +241,8 @@ impl Loop {
                     break;
                 }
                 if iteration >= max && client.is_empty() {
-                    let why = format!("the model was still calling tools after {max} model calls (max_iterations = {max})");
+                    let why =
+                        format!("the model was still calling tools after {max} model calls (max_iterations = {max})");
                     for it in out.stop(&why, "max_iterations", self.trace) { yield Ok(it); }
                     hidden.push(assistant(&turn.content, &[]));
                     break;
@@ -248,7 +254,9 @@ impl Loop {
                 let cap = deadline.saturating_duration_since(Instant::now());
                 let outcomes = run_batch(self.catalog.clone(), requests, Some(cap)).await;
                 if self.trace.on() {
-                    for o in &outcomes { yield Ok(Item::Trace(trace::entry(o, iteration, cfg.trace_result_chars))); }
+                    for o in &outcomes {
+                        yield Ok(Item::Trace(trace::entry(o, iteration, cfg.trace_result_chars)));
+                    }
                 }
                 let all: Vec<Call> = turn.calls.values().cloned().collect();
                 let (results, images) = tool_messages(&outcomes, self.vision);
@@ -268,7 +276,8 @@ impl Loop {
             }
             for c in out.usage_chunk(self.want_usage) { yield Ok(Item::Chunk(c)); }
             if out.saw_hidden(&hidden) {
-                let key = splice::key(self.client_last.as_ref(), &Value::String(out.visible.clone()), &out.client_ids);
+                let visible = Value::String(out.visible.clone());
+                let key = splice::key(self.client_last.as_ref(), &visible, &out.client_ids);
                 splice::save(self.s.store.as_ref(), self.s.state_ttl, &key, &hidden, &out.after).await;
             }
         }
