@@ -429,6 +429,37 @@ async fn mcp_server_that_dies_is_restarted() {
     assert_ne!(first, second, "a new server process was started");
 }
 
+#[tokio::test]
+async fn mcp_tool_list_changes_are_picked_up() {
+    let script = mcp_everything::dynamic_script();
+    let config = format!("[mcp.servers.dyn]\ncommand = \"node\"\nargs = [{:?}]\n", script.display().to_string());
+    let s = setup("", &config, |req| {
+        if last_user(req) == "add" && tool_results(req).is_empty() {
+            calls("", &[("call_a", "dyn__add_tool", json!({}))])
+        } else {
+            say("ok")
+        }
+    })
+    .await;
+    let offered = |req: &Value| -> Vec<String> {
+        req["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap().to_string()).collect()
+    };
+    let (st, body) = s.proxy.chat(ask("add")).await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(offered(&s.requests()[0]), ["dyn__add_tool"]);
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        s.clear();
+        let (st, _) = s.proxy.chat(ask("list")).await;
+        assert_eq!(st, 200);
+        if offered(&s.requests()[0]).contains(&"dyn__second".to_string()) {
+            break;
+        }
+        assert!(Instant::now() < until, "the new tool was never offered");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Kills the child when dropped.
 struct Child(std::process::Child);
 impl Drop for Child {

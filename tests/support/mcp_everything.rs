@@ -37,3 +37,15 @@ pub fn script() -> PathBuf {
     }
     pkg.join("dist/index.js")
 }
+
+/// A small MCP server whose tool list changes (tests/support/mcp_dynamic.mjs),
+/// copied next to the install so it finds the MCP SDK there.
+pub fn dynamic_script() -> PathBuf {
+    script(); // installs the SDK the server imports
+    let _guard = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("mcp-everything");
+    let target = dir.join("mcp_dynamic.mjs");
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/mcp_dynamic.mjs");
+    std::fs::copy(source, &target).expect("copy mcp_dynamic.mjs");
+    target
+}
