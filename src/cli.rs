@@ -80,7 +80,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Serve { config, listen, json_logs, record } => serve(config, listen, json_logs, record).await,
         Command::Replay { dir, listen, speed } => replay(dir, listen, speed).await,
         Command::Extract { format, tools, file } => extract_cmd(&format, tools, file),
-        Command::Check { config } => check(config),
+        Command::Check { config } => check(config).await,
         Command::Providers { config } => providers(config),
     }
 }
@@ -142,6 +142,9 @@ async fn serve(flag: Option<PathBuf>, listen: Option<String>, json_logs: bool, r
     let state = AppState::build(&config, &profiles, record.as_deref())?;
     if let Some(dir) = &record {
         tracing::info!("recording every upstream exchange into {}", dir.display());
+    }
+    if let Some(tools) = &state.tools {
+        tools.ensure_started().await;
     }
     let addr = listen.or(config.listen.clone()).unwrap_or_else(|| "127.0.0.1:8787".into());
     let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
@@ -237,7 +240,7 @@ fn extract_cmd(format: &str, tools: Option<PathBuf>, file: Option<PathBuf>) -> R
     Ok(())
 }
 
-fn check(flag: Option<PathBuf>) -> Result<()> {
+async fn check(flag: Option<PathBuf>) -> Result<()> {
     let (mut config, profiles) = load(flag)?;
     default_providers(&mut config, &profiles);
     let state = AppState::new(&config, &profiles)?;
@@ -255,6 +258,13 @@ fn check(flag: Option<PathBuf>) -> Result<()> {
     }
     for s in config.inactive_sections() {
         println!("note [{s}] is not active in this version");
+    }
+    let mcp_failed = match &state.tools {
+        Some(tools) => crate::tools::check(tools).await,
+        None => 0,
+    };
+    if mcp_failed > 0 {
+        bail!("{mcp_failed} MCP server(s) could not start or list their tools");
     }
     println!("{} providers, {} profiles, {warnings} warnings", state.providers.iter().count(), profiles.len());
     Ok(())

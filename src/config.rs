@@ -34,10 +34,12 @@ pub struct Config {
     /// version; `modelshim check` says which are not active yet.
     #[serde(default)]
     pub skills: Option<toml::Value>,
+    /// MCP servers whose tools run server-side.
     #[serde(default)]
-    pub mcp: Option<toml::Value>,
+    pub mcp: Option<crate::tools::McpConfig>,
+    /// Server-side tools and the agent loop.
     #[serde(default)]
-    pub tools: Option<toml::Value>,
+    pub tools: Option<crate::tools::ToolsConfig>,
     #[serde(default)]
     pub auth: Option<toml::Value>,
     #[serde(default)]
@@ -148,8 +150,6 @@ impl Config {
         let mut v = Vec::new();
         let sections = [
             (self.skills.is_some(), "skills"),
-            (self.mcp.is_some(), "mcp"),
-            (self.tools.is_some(), "tools"),
             (self.auth.is_some(), "auth"),
             (self.state.redis_url.is_some(), "state.redis_url"),
         ];

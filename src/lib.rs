@@ -1,6 +1,7 @@
 //! modelshim: an OpenAI-compatible proxy that makes other vendors' models
 //! behave like OpenAI's for the official SDKs. See ARCHITECTURE.md for the map.
 
+pub mod agent;
 pub mod cli;
 pub mod config;
 pub mod error;
@@ -12,3 +13,4 @@ pub mod server;
 pub mod state;
 pub mod stream;
 pub mod toolcall;
+pub mod tools;

@@ -103,9 +103,7 @@ pub async fn prepare_history(req: &mut ChatRequest, profile: &Profile, model: &s
                     continue;
                 }
                 match lookup(store, m, &ids).await {
-                    Some(r) => {
-                        m.extra.insert("reasoning_content".into(), Value::String(r));
-                    }
+                    Some(r) => attach(m, &r, mode),
                     None if profile.thinking.replay_empty_fallback => {
                         tracing::info!(index, "no remembered reasoning for this tool-call turn; sending an empty one");
                         m.extra.insert("reasoning_content".into(), Value::String(String::new()));
@@ -117,6 +115,24 @@ pub async fn prepare_history(req: &mut ChatRequest, profile: &Profile, model: &s
                 }
             }
         }
+    }
+}
+
+/// Puts a turn's reasoning on an assistant message the way `mode` wants it;
+/// nothing for modes that do not replay it, or for empty reasoning.
+pub fn attach(m: &mut Message, reasoning: &str, mode: ReasoningReplay) {
+    if reasoning.is_empty() {
+        return;
+    }
+    match mode {
+        ReasoningReplay::Required => {
+            m.extra.insert("reasoning_content".into(), Value::String(reasoning.to_string()));
+        }
+        ReasoningReplay::ThinkInContent => {
+            let content = m.content.as_str().unwrap_or("");
+            m.content = Value::String(format!("<think>{reasoning}</think>\n\n{content}"));
+        }
+        ReasoningReplay::Keep | ReasoningReplay::Reject => {}
     }
 }
 
@@ -132,7 +148,7 @@ async fn restore_in_content(m: &mut Message, store: &dyn StateStore, ids: &[Stri
         _ => lookup(store, m, ids).await,
     };
     match reasoning {
-        Some(r) => m.content = Value::String(format!("<think>{r}</think>\n\n{content}")),
+        Some(r) => attach(m, &r, ReasoningReplay::ThinkInContent),
         None => tracing::warn!(index, "no remembered reasoning to put back into this turn's content"),
     }
 }

@@ -7,6 +7,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
 
 mod common;
+#[path = "support/pyenv.rs"]
+mod pyenv;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,37 +16,12 @@ use std::process::Command;
 use common::*;
 use modelshim::config::ProviderConfig;
 use modelshim::provider::ToolMode;
+use pyenv::{python_env, run, sdk_dir};
 use serde_json::{Value, json};
 use wiremock::matchers::{body_partial_json, method};
 use wiremock::{Mock, MockServer, Request, ResponseTemplate};
 
-const PYTHON_OPENAI: &str = "3.57.0";
 const NODE_OPENAI: &str = "7.59.0";
-
-fn sdk_dir() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("sdk")
-}
-
-fn run(cmd: &mut Command) -> Result<String, String> {
-    let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    if out.status.success() { Ok(text) } else { Err(format!("{cmd:?} failed:\n{text}")) }
-}
-
-/// A venv with the pinned `openai` package; returns its python.
-fn python_env() -> PathBuf {
-    let venv = sdk_dir().join("venv");
-    let py = venv.join("bin/python");
-    let probe = format!("import openai, sys; sys.exit(openai.__version__ != {PYTHON_OPENAI:?})");
-    if run(Command::new(&py).args(["-c", &probe])).is_ok() {
-        return py;
-    }
-    std::fs::create_dir_all(sdk_dir()).expect("sdk dir");
-    run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv)).expect("python3 -m venv");
-    run(Command::new(&py).args(["-m", "pip", "install", "--quiet", &format!("openai=={PYTHON_OPENAI}")]))
-        .expect("pip install openai");
-    py
-}
 
 /// An npm folder with the pinned `openai` package and our script in it.
 fn node_env() -> PathBuf {

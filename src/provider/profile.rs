@@ -197,6 +197,11 @@ pub struct ToolQuirks {
     /// `parallel_tool_calls` is not accepted.
     #[serde(default)]
     pub drop_parallel_tool_calls: bool,
+    /// The models take images: images returned by server-side tools are
+    /// sent on in a `user` message after the tool results (else they are
+    /// replaced by a text note).
+    #[serde(default)]
+    pub vision: bool,
     /// Models (globs, lower-cased) that get prompt-mode tools even when the
     /// provider's mode is not `prompt`: for an upstream that serves some
     /// models without native tools.
@@ -337,6 +342,7 @@ impl Profile {
             (self.tools.call_id_alnum9, "maps tool-call ids to 9 alphanumerics"),
             (!self.tools.strip_schema_keywords.is_empty(), "strips unsupported schema keywords"),
             (self.tools.name_chars.is_some() || self.tools.name_max_len.is_some(), "renames tool names it rejects"),
+            (self.tools.vision, "tool-result images sent as user images"),
             (self.thinking.stream_only, "thinking calls streamed upstream"),
             (self.response.starts_in_reasoning, "output starts in <think>"),
         ];

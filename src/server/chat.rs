@@ -10,6 +10,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
@@ -34,9 +35,12 @@ pub(super) fn route_for(s: &Shared, model: &str) -> Result<Route, ApiError> {
     })
 }
 
-pub async fn completions(State(s): State<Shared>, body: Bytes) -> Result<Response, ApiError> {
+pub async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
     let mut req = parse(&body)?;
     let route = route_for(&s, &req.model)?;
+    if let Some(tools) = s.tools.clone() {
+        return crate::agent::run(s, tools, route, req, &headers).await;
+    }
     let provider = route.provider.clone();
     let client_stream = req.is_stream();
     let client_tools = req.tools.clone().unwrap_or_default();
@@ -102,7 +106,7 @@ pub async fn completions(State(s): State<Shared>, body: Bytes) -> Result<Respons
 /// The client's tools, plus each renamed tool under its upstream name so a
 /// call the model writes in text with that name is recognized (and mapped
 /// back by the normalizer).
-fn tool_index(tools: &[Value], names_back: &std::collections::BTreeMap<String, String>) -> ToolIndex {
+pub(crate) fn tool_index(tools: &[Value], names_back: &std::collections::BTreeMap<String, String>) -> ToolIndex {
     let client = ToolIndex::from_openai(tools);
     let mut all: Vec<(String, Value)> =
         client.names().map(|n| (n.to_string(), client.schema(n).cloned().unwrap_or(Value::Null))).collect();
@@ -164,7 +168,7 @@ fn parse_chunk(data: &str) -> Result<Chunk, UpstreamError> {
 /// Normalized chunks of an upstream stream. The upstream is read only as
 /// fast as the client takes chunks (backpressure), and dropping the stream
 /// (client gone) drops the upstream connection.
-fn normalized(
+pub(crate) fn normalized(
     mut events: Events,
     first: Option<Chunk>,
     mut norm: Normalizer,

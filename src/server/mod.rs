@@ -1,7 +1,7 @@
 //! The HTTP surface: `app(state)` builds the router, so tests drive exactly
 //! what `modelshim serve` runs.
 
-mod chat;
+pub(crate) mod chat;
 mod models;
 mod passthrough;
 
@@ -30,6 +30,8 @@ pub struct AppState {
     pub store: Arc<dyn StateStore>,
     /// How long conversation state is kept.
     pub state_ttl: Duration,
+    /// Server-side tools; `None` keeps every request on the plain path.
+    pub tools: Option<Arc<crate::tools::Registry>>,
     ready: AtomicBool,
 }
 
@@ -60,11 +62,14 @@ impl AppState {
             upstream = upstream.with_recorder(recorder);
         }
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new(config.state.max_entries));
+        let tools = crate::tools::Registry::new(config.tools.as_ref(), config.mcp.as_ref())
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         Ok(Arc::new(AppState {
             providers,
             upstream,
             store,
             state_ttl: config.state.ttl(),
+            tools,
             ready: AtomicBool::new(true),
         }))
     }

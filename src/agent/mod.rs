@@ -1,0 +1,671 @@
+//! The transparent agent loop: when server-side tools are configured,
+//! `server/chat.rs` hands the request over to [`run`].
+//!
+//! Each iteration calls the upstream with the client's tools plus the
+//! server's, normalized exactly like the plain path (so calls recovered from
+//! text count the same as native ones). Text and reasoning stream to the
+//! client as they arrive; tool-call deltas are held until the iteration ends
+//! and then split by name:
+//!
+//! * only server calls: run them (the dispatcher), append the assistant turn
+//!   and the results, call the upstream again — the client sees none of it;
+//! * client calls (with or without server calls): the server calls run, the
+//!   client gets only its own calls as ordinary `tool_calls`, and the hidden
+//!   part is stored for the splice ([`splice`]) of the next request;
+//! * no calls: the answer ends.
+//!
+//! The loop ends early at `[tools] max_iterations` upstream calls or at the
+//! deadline, with a note in the text and `finish_reason: "length"`. Usage
+//! is summed over every iteration. A client tool that has the name of a
+//! server tool shadows it (the client's wins; a warning is logged).
+
+pub mod splice;
+mod trace;
+
+use std::collections::{BTreeMap, HashSet};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Json;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream::BoxStream;
+use futures_util::{Stream, StreamExt};
+use serde_json::{Map, Value, json};
+
+use crate::error::{ApiError, ErrorObject};
+use crate::openai::{ChatRequest, Chunk, ChunkChoice, Completion, Delta, FunctionDelta, Message, ToolCallDelta};
+use crate::provider::request::Plan;
+use crate::provider::upstream::Reply;
+use crate::provider::{Provider, ReasoningReplay, Route, UpstreamError, request};
+use crate::server::Shared;
+use crate::stream::normalize::Settings;
+use crate::stream::{Assembler, Normalizer, completion_to_chunk};
+use crate::toolcall::ToolIndex;
+use crate::tools::dispatch::run_batch;
+use crate::tools::{CallOutcome, CallRequest, Catalog, Registry};
+pub use trace::TraceMode;
+
+/// What the loop produces for the client.
+enum Item {
+    /// The first upstream answer arrived: the response can start.
+    Started,
+    Chunk(Chunk),
+    Trace(Value),
+}
+
+/// One tool call as the model made it.
+#[derive(Debug, Clone, Default)]
+struct Call {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+impl Call {
+    fn to_openai(&self) -> Value {
+        json!({"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}})
+    }
+}
+
+/// Everything one request's loop needs.
+struct Loop {
+    s: Shared,
+    provider: Arc<Provider>,
+    model: String,
+    /// How this model's vendor wants earlier reasoning replayed.
+    replay: ReasoningReplay,
+    registry: Arc<Registry>,
+    catalog: Arc<Catalog>,
+    /// The client's request with the hidden history spliced in.
+    base: ChatRequest,
+    /// The client's last message (for the splice key).
+    client_last: Option<Message>,
+    upstream_tools: Vec<Value>,
+    index: Arc<ToolIndex>,
+    server_names: HashSet<String>,
+    trace: TraceMode,
+    want_usage: bool,
+    vision: bool,
+}
+
+/// Runs a chat request through the agent loop.
+pub async fn run(
+    s: Shared,
+    registry: Arc<Registry>,
+    route: Route,
+    mut req: ChatRequest,
+    headers: &HeaderMap,
+) -> Result<Response, ApiError> {
+    registry.ensure_started().await;
+    let catalog = registry.catalog();
+    let trace = TraceMode::from_headers(headers);
+    let client_stream = req.is_stream();
+    let want_usage = client_stream && req.wants_usage();
+    let client_tools: Vec<Value> = req.tools.take().unwrap_or_default();
+    let client_names: HashSet<String> = ToolIndex::from_openai(&client_tools).names().map(str::to_string).collect();
+    let mut upstream_tools = client_tools;
+    let mut server_names = HashSet::new();
+    for e in catalog.offered() {
+        if client_names.contains(&e.spec.name) {
+            tracing::warn!(tool = %e.spec.name, "a client tool shadows the server tool of the same name; the client's wins");
+            continue;
+        }
+        server_names.insert(e.spec.name.clone());
+        upstream_tools.push(e.spec.to_openai());
+    }
+    // The loop drives one choice.
+    req.extra.remove("n");
+    let client_last = req.messages.last().cloned();
+    req.messages = splice::apply(s.store.as_ref(), std::mem::take(&mut req.messages)).await;
+    crate::reasoning::prepare_history(&mut req, &route.provider.profile, &route.model, s.store.as_ref()).await;
+    let vision = route.provider.profile.tools.vision;
+    let lp = Loop {
+        index: Arc::new(ToolIndex::from_openai(&upstream_tools)),
+        s,
+        provider: route.provider.clone(),
+        model: route.model.clone(),
+        replay: route.provider.profile.thinking.replay_for(&route.model),
+        registry,
+        catalog,
+        base: req,
+        client_last,
+        upstream_tools,
+        server_names,
+        trace,
+        want_usage,
+        vision,
+    };
+    let mut items = lp.stream().boxed();
+    // Wait for the first upstream answer so an upstream that fails at once
+    // still gets a proper HTTP status.
+    match items.next().await {
+        Some(Err(e)) => Err(e.into()),
+        None => Err(UpstreamError::Protocol("the upstream sent nothing".into()).into()),
+        Some(Ok(first)) => {
+            let items = futures_util::stream::iter([Ok(first)]).chain(items).boxed();
+            if client_stream { Ok(sse(items, trace)) } else { whole(items, trace).await }
+        }
+    }
+}
+
+impl Loop {
+    fn settings(&self, plan: Plan) -> Settings {
+        let p = &self.provider;
+        let tools = if plan.names_back.is_empty() {
+            self.index.clone()
+        } else {
+            Arc::new(crate::server::chat::tool_index(&self.upstream_tools, &plan.names_back))
+        };
+        Settings {
+            formats: p.formats_for(&self.model, true, plan.prompt),
+            tools,
+            starts_in_reasoning: p.profile.response.starts_in_reasoning,
+            want_usage: false,
+            finish_map: p.profile.response.finish_reason.clone(),
+            names_back: plan.names_back,
+            single_call: false,
+        }
+    }
+
+    /// The upstream request of one iteration.
+    fn request(&self, history: &[Message], iteration: u32) -> (ChatRequest, Plan) {
+        let mut req = self.base.clone();
+        req.messages = history.to_vec();
+        req.tools = (!self.upstream_tools.is_empty()).then(|| self.upstream_tools.clone());
+        if iteration > 1 {
+            // A forced choice would make the model call tools forever.
+            if let Some(tc) = req.extra.get_mut("tool_choice")
+                && tc != "none"
+            {
+                *tc = json!("auto");
+            }
+        }
+        let plan =
+            request::normalize(&mut req, &self.provider.profile, &self.model, self.provider.prompt_for(&self.model));
+        (req, plan)
+    }
+
+    fn stream(self) -> impl Stream<Item = Result<Item, UpstreamError>> + Send {
+        async_stream::stream! {
+            let cfg = &self.registry.config;
+            let max = cfg.max_iterations.max(1);
+            let deadline = Instant::now() + cfg.deadline();
+            let out_of_time = format!("the tool loop ran out of its time budget ({:.0}s)", cfg.deadline_secs);
+            let mut history = self.base.messages.clone();
+            let mut hidden: Vec<Message> = Vec::new();
+            let mut out = Out::default();
+            let mut started = false;
+            let mut iteration = 0;
+            loop {
+                iteration += 1;
+                let remaining = deadline.saturating_duration_since(Instant::now());
+                if remaining.is_zero() {
+                    for it in out.stop(&out_of_time, "deadline", self.trace) { yield Ok(it); }
+                    break;
+                }
+                let (req, plan) = self.request(&history, iteration);
+                let call = upstream_chunks(&self.s, &self.provider, &req, self.settings(plan));
+                let mut chunks = match tokio::time::timeout(remaining, call).await {
+                    Ok(Ok(c)) => c,
+                    Ok(Err(e)) => { yield Err(e); return; }
+                    Err(_) => {
+                        for it in out.stop(&out_of_time, "deadline", self.trace) { yield Ok(it); }
+                        break;
+                    }
+                };
+                let mut turn = Turn::default();
+                let mut timed_out = false;
+                loop {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    match tokio::time::timeout(left, chunks.next()).await {
+                        Err(_) => { timed_out = true; break; }
+                        Ok(None) => break,
+                        Ok(Some(Err(e))) => { yield Err(e); return; }
+                        Ok(Some(Ok(chunk))) => {
+                            if !started {
+                                started = true;
+                                yield Ok(Item::Started);
+                            }
+                            for c in out.take(chunk, &mut turn) { yield Ok(Item::Chunk(c)); }
+                        }
+                    }
+                }
+                if timed_out {
+                    for it in out.stop(&out_of_time, "deadline", self.trace) { yield Ok(it); }
+                    hidden.push(assistant(&turn, &self.replay, &[]));
+                    break;
+                }
+                let (server, client): (Vec<Call>, Vec<Call>) =
+                    turn.calls.values().cloned().partition(|c| self.server_names.contains(&c.name));
+                if server.is_empty() {
+                    let finish = if client.is_empty() {
+                        match turn.finish.as_deref() {
+                            Some("tool_calls") | None => "stop".to_string(),
+                            Some(f) => f.to_string(),
+                        }
+                    } else {
+                        "tool_calls".to_string()
+                    };
+                    for c in out.finish(&client, &finish) { yield Ok(Item::Chunk(c)); }
+                    hidden.push(assistant(&turn, &self.replay, &client));
+                    break;
+                }
+                if iteration >= max && client.is_empty() {
+                    let why =
+                        format!("the model was still calling tools after {max} model calls (max_iterations = {max})");
+                    for it in out.stop(&why, "max_iterations", self.trace) { yield Ok(it); }
+                    hidden.push(assistant(&turn, &self.replay, &[]));
+                    break;
+                }
+                let requests: Vec<CallRequest> = server
+                    .iter()
+                    .map(|c| CallRequest { id: c.id.clone(), name: c.name.clone(), arguments: c.arguments.clone() })
+                    .collect();
+                let cap = deadline.saturating_duration_since(Instant::now());
+                let outcomes = run_batch(self.catalog.clone(), requests, Some(cap)).await;
+                if self.trace.on() {
+                    for o in &outcomes {
+                        yield Ok(Item::Trace(trace::entry(o, iteration, cfg.trace_result_chars)));
+                    }
+                }
+                let all: Vec<Call> = turn.calls.values().cloned().collect();
+                let (results, images) = tool_messages(&outcomes, self.vision);
+                let mut exchange = vec![assistant(&turn, &self.replay, &all)];
+                exchange.extend(results);
+                if !client.is_empty() {
+                    // Mixed turn: the client answers its calls; images wait
+                    // until after the client's tool results.
+                    hidden.extend(exchange);
+                    for c in out.finish(&client, "tool_calls") { yield Ok(Item::Chunk(c)); }
+                    out.after = images.into_iter().collect();
+                    break;
+                }
+                exchange.extend(images);
+                history.extend(exchange.iter().cloned());
+                hidden.extend(exchange);
+            }
+            for c in out.usage_chunk(self.want_usage) { yield Ok(Item::Chunk(c)); }
+            if out.saw_hidden(&hidden) {
+                let visible = Value::String(out.visible.clone());
+                let key = splice::key(self.client_last.as_ref(), &visible, &out.client_ids);
+                splice::save(self.s.store.as_ref(), self.s.state_ttl, &key, &hidden, &out.after).await;
+            }
+        }
+    }
+}
+
+/// One iteration's assistant turn as it arrives.
+#[derive(Default)]
+struct Turn {
+    content: String,
+    reasoning: String,
+    calls: BTreeMap<u32, Call>,
+    finish: Option<String>,
+}
+
+/// What the client has been sent so far, and the pieces of the last chunks.
+#[derive(Default)]
+struct Out {
+    meta: Option<Chunk>,
+    role_sent: bool,
+    /// All text the client saw.
+    visible: String,
+    /// Separate the text of a new iteration from the last one.
+    new_iteration: bool,
+    usage: Option<Value>,
+    client_ids: Vec<String>,
+    held_finish: Option<Chunk>,
+    after: Vec<Message>,
+}
+
+impl Out {
+    fn blank(&self) -> Chunk {
+        let mut c = self.meta.clone().unwrap_or_default();
+        c.choices.clear();
+        c.usage = None;
+        c
+    }
+
+    /// Takes one normalized upstream chunk: records calls and the finish
+    /// reason, returns what the client should see now.
+    fn take(&mut self, mut chunk: Chunk, turn: &mut Turn) -> Vec<Chunk> {
+        if let Some(u) = chunk.usage.take() {
+            add_usage(&mut self.usage, u);
+        }
+        if self.meta.is_none() {
+            let mut m = chunk.clone();
+            m.choices.clear();
+            self.meta = Some(m);
+        }
+        let mut out = Vec::new();
+        for ch in std::mem::take(&mut chunk.choices).into_iter().filter(|c| c.index == 0) {
+            let ChunkChoice { delta, finish_reason, extra, .. } = ch;
+            let Delta { content, reasoning_content, tool_calls, extra: delta_extra, .. } = delta;
+            turn.reasoning.push_str(reasoning_content.as_deref().unwrap_or(""));
+            for tc in tool_calls.into_iter().flatten() {
+                let call = turn.calls.entry(tc.index.unwrap_or(0)).or_default();
+                if let Some(id) = tc.id {
+                    call.id = id;
+                }
+                if let Some(f) = tc.function {
+                    if let Some(n) = f.name {
+                        call.name.push_str(&n);
+                    }
+                    if let Some(Value::String(a)) = f.arguments {
+                        call.arguments.push_str(&a);
+                    }
+                }
+            }
+            if finish_reason.is_some() {
+                turn.finish = finish_reason;
+            }
+            let mut d = Delta { extra: delta_extra, ..Delta::default() };
+            if let Some(t) = content.filter(|t| !t.is_empty()) {
+                turn.content.push_str(&t);
+                let mut t = t;
+                if self.new_iteration && !self.visible.is_empty() && !self.visible.ends_with(char::is_whitespace) {
+                    t.insert_str(0, "\n\n");
+                }
+                self.new_iteration = false;
+                self.visible.push_str(&t);
+                d.content = Some(t);
+            }
+            d.reasoning_content = reasoning_content.filter(|r| !r.is_empty());
+            if d.content.is_none() && d.reasoning_content.is_none() && d.extra.is_empty() {
+                continue;
+            }
+            let mut c = self.blank();
+            c.extra = chunk.extra.clone();
+            c.choices.push(ChunkChoice { index: 0, delta: self.with_role(d), finish_reason: None, extra });
+            out.push(c);
+        }
+        // The next text comes from a later iteration.
+        if turn.finish.is_some() {
+            self.new_iteration = true;
+        }
+        out
+    }
+
+    fn with_role(&mut self, mut d: Delta) -> Delta {
+        if !self.role_sent {
+            d.role = Some("assistant".into());
+            self.role_sent = true;
+        }
+        d
+    }
+
+    /// The client's calls and the finish chunk (held back for usage).
+    fn finish(&mut self, client: &[Call], reason: &str) -> Vec<Chunk> {
+        let mut out = Vec::new();
+        let calls: Vec<ToolCallDelta> = client
+            .iter()
+            .enumerate()
+            .map(|(i, c)| ToolCallDelta {
+                index: Some(i as u32),
+                id: Some(c.id.clone()),
+                kind: Some("function".into()),
+                function: Some(FunctionDelta {
+                    name: Some(c.name.clone()),
+                    arguments: Some(Value::String(c.arguments.clone())),
+                    extra: Map::new(),
+                }),
+                extra: Map::new(),
+            })
+            .collect();
+        self.client_ids = client.iter().map(|c| c.id.clone()).collect();
+        if !calls.is_empty() {
+            let mut c = self.blank();
+            let d = self.with_role(Delta { tool_calls: Some(calls), ..Delta::default() });
+            c.choices.push(ChunkChoice { index: 0, delta: d, finish_reason: None, extra: Map::new() });
+            out.push(c);
+        }
+        let mut f = self.blank();
+        let d = self.with_role(Delta::default());
+        f.choices.push(ChunkChoice { index: 0, delta: d, finish_reason: Some(reason.into()), extra: Map::new() });
+        self.held_finish = Some(f);
+        out
+    }
+
+    /// Ends the loop early with a note the client can read.
+    fn stop(&mut self, why: &str, reason: &str, mode: TraceMode) -> Vec<Item> {
+        let sep = if self.visible.is_empty() { "" } else { "\n\n" };
+        let note = format!("{sep}[modelshim] Stopped: {why}.");
+        self.visible.push_str(&note);
+        let mut c = self.blank();
+        let d = self.with_role(Delta { content: Some(note), ..Delta::default() });
+        c.choices.push(ChunkChoice { index: 0, delta: d, finish_reason: None, extra: Map::new() });
+        let mut items = vec![Item::Chunk(c)];
+        if mode.on() {
+            items.push(Item::Trace(json!({"type": "loop_stopped", "reason": reason, "message": why})));
+        }
+        items.extend(self.finish(&[], "length").into_iter().map(Item::Chunk));
+        items
+    }
+
+    /// The held finish chunk and the usage, as the plain path sends them.
+    fn usage_chunk(&mut self, want_usage: bool) -> Vec<Chunk> {
+        let mut out = Vec::new();
+        let mut fin = self.held_finish.take();
+        match self.usage.take() {
+            Some(u) if want_usage => {
+                out.extend(fin);
+                let mut c = self.blank();
+                c.usage = Some(u);
+                out.push(c);
+            }
+            Some(u) => {
+                if let Some(f) = fin.as_mut() {
+                    f.usage = Some(u);
+                }
+                out.extend(fin);
+            }
+            None => out.extend(fin),
+        }
+        out
+    }
+
+    /// Whether this turn had a hidden part worth splicing back.
+    fn saw_hidden(&self, hidden: &[Message]) -> bool {
+        hidden.len() > 1 || !self.after.is_empty()
+    }
+}
+
+/// An assistant message of the upstream history, with its reasoning in the
+/// form the vendor wants it replayed (hidden turns never pass the client, so
+/// nothing else would put it back).
+fn assistant(turn: &Turn, replay: &ReasoningReplay, calls: &[Call]) -> Message {
+    let mut extra = Map::new();
+    if !calls.is_empty() {
+        extra.insert("tool_calls".into(), Value::Array(calls.iter().map(Call::to_openai).collect()));
+    }
+    let content = &turn.content;
+    let content = if content.is_empty() && !calls.is_empty() { Value::Null } else { Value::String(content.clone()) };
+    let mut m = Message { role: "assistant".into(), content, extra };
+    if !calls.is_empty() {
+        crate::reasoning::attach(&mut m, &turn.reasoning, *replay);
+    }
+    m
+}
+
+/// The `tool` messages of a batch, and a `user` message with the images
+/// when the model takes images (tool messages may carry text only).
+fn tool_messages(outcomes: &[CallOutcome], vision: bool) -> (Vec<Message>, Option<Message>) {
+    let mut msgs = Vec::new();
+    let mut parts = Vec::new();
+    for o in outcomes {
+        let mut extra = Map::new();
+        extra.insert("tool_call_id".into(), Value::String(o.call.id.clone()));
+        msgs.push(Message { role: "tool".into(), content: Value::String(o.output.model_text(vision)), extra });
+        if vision {
+            for (i, (mime, data)) in o.output.images().enumerate() {
+                parts.push(json!({"type": "text", "text": format!("Image {} returned by the tool call {} ({}):", i + 1, o.call.id, o.call.name)}));
+                parts.push(json!({"type": "image_url", "image_url": {"url": format!("data:{mime};base64,{data}")}}));
+            }
+        }
+    }
+    let images =
+        (!parts.is_empty()).then(|| Message { role: "user".into(), content: Value::Array(parts), extra: Map::new() });
+    (msgs, images)
+}
+
+/// Adds usage objects field by field (nested details too).
+fn add_usage(total: &mut Option<Value>, u: Value) {
+    if u.is_null() {
+        return;
+    }
+    match total {
+        None => *total = Some(u),
+        Some(t) => merge_sum(t, &u),
+    }
+}
+
+fn merge_sum(t: &mut Value, u: &Value) {
+    match (t, u) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                match a.get_mut(k) {
+                    Some(x) => merge_sum(x, v),
+                    None => {
+                        a.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (x @ Value::Number(_), Value::Number(n)) => {
+            if let (Some(a), Some(b)) = (x.as_u64(), n.as_u64()) {
+                *x = json!(a + b);
+            } else if let (Some(a), Some(b)) = (x.as_f64(), n.as_f64()) {
+                *x = json!(a + b);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// One upstream call as a stream of normalized chunks.
+async fn upstream_chunks(
+    s: &Shared,
+    provider: &Provider,
+    req: &ChatRequest,
+    settings: Settings,
+) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, UpstreamError> {
+    let reply = s.upstream.post(provider, "chat/completions", req).await?;
+    let mut norm = Normalizer::new(settings);
+    match reply {
+        Reply::Json(v) => {
+            let completion: Completion = serde_json::from_value(v)
+                .map_err(|e| UpstreamError::Protocol(format!("not a chat completion: {e}")))?;
+            let mut out = Vec::new();
+            norm.push(completion_to_chunk(completion), &mut out);
+            norm.finish(&mut out);
+            Ok(futures_util::stream::iter(out.into_iter().map(Ok)).boxed())
+        }
+        Reply::Events(events) => Ok(crate::server::chat::normalized(events, None, norm, s.clone()).boxed()),
+    }
+}
+
+/// A non-streamed answer: the chunks assembled, the trace attached when asked.
+async fn whole(
+    mut items: BoxStream<'static, Result<Item, UpstreamError>>,
+    mode: TraceMode,
+) -> Result<Response, ApiError> {
+    let mut a = Assembler::default();
+    let mut traces = Vec::new();
+    while let Some(it) = items.next().await {
+        match it? {
+            Item::Started => {}
+            Item::Chunk(c) => a.push(c),
+            Item::Trace(t) => traces.push(t),
+        }
+    }
+    let mut body = a.finish();
+    if mode.on()
+        && let Some(o) = body.as_object_mut()
+    {
+        o.insert("modelshim_trace".into(), Value::Array(traces));
+    }
+    Ok(Json(body).into_response())
+}
+
+/// SSE out, like the plain path, plus trace lines when asked.
+fn sse(items: BoxStream<'static, Result<Item, UpstreamError>>, mode: TraceMode) -> Response {
+    let events = async_stream::stream! {
+        let mut items = items;
+        while let Some(it) = items.next().await {
+            match it {
+                Ok(Item::Started) => {}
+                Ok(Item::Chunk(c)) => match serde_json::to_string(&c) {
+                    Ok(json) => yield Ok::<_, Infallible>(Event::default().data(json)),
+                    Err(e) => {
+                        yield Ok(error_event(&ErrorObject::new("api_error", e.to_string())));
+                        return;
+                    }
+                },
+                Ok(Item::Trace(t)) => {
+                    if let Some(ev) = mode.event(&t) {
+                        yield Ok(ev);
+                    }
+                }
+                Err(e) => {
+                    let (_, obj) = e.to_openai();
+                    yield Ok(error_event(&obj));
+                    return;
+                }
+            }
+        }
+        yield Ok(Event::default().data("[DONE]"));
+    };
+    Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
+}
+
+fn error_event(e: &ErrorObject) -> Event {
+    Event::default().data(e.to_body().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn usage_is_summed_field_by_field() {
+        let mut t = None;
+        add_usage(
+            &mut t,
+            json!({"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4,
+            "completion_tokens_details": {"reasoning_tokens": 1}}),
+        );
+        add_usage(
+            &mut t,
+            json!({"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7, "cost": 0.5,
+            "completion_tokens_details": {"reasoning_tokens": 2}}),
+        );
+        assert_eq!(
+            t.unwrap(),
+            json!({"prompt_tokens": 8, "completion_tokens": 3, "total_tokens": 11,
+            "completion_tokens_details": {"reasoning_tokens": 3}, "cost": 0.5})
+        );
+    }
+
+    #[test]
+    fn text_of_a_new_iteration_is_separated() {
+        let mut out = Out::default();
+        let mut turn = Turn::default();
+        let mk = |content: &str, finish: Option<&str>| Chunk {
+            choices: vec![ChunkChoice {
+                index: 0,
+                delta: Delta { content: Some(content.into()), ..Default::default() },
+                finish_reason: finish.map(str::to_string),
+                extra: Map::new(),
+            }],
+            ..Default::default()
+        };
+        let a = out.take(mk("Let me check.", Some("tool_calls")), &mut turn);
+        assert_eq!(a[0].choices[0].delta.role.as_deref(), Some("assistant"));
+        let b = out.take(mk("It is noon.", None), &mut Turn::default());
+        assert_eq!(b[0].choices[0].delta.content.as_deref(), Some("\n\nIt is noon."));
+        assert_eq!(out.visible, "Let me check.\n\nIt is noon.");
+    }
+}

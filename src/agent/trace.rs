@@ -1,0 +1,64 @@
+//! The opt-in tool trace (DESIGN.md "HTTP surface"): header
+//! `x-modelshim-trace: comments` adds SSE comment lines `: tool_trace {json}`
+//! (ignored by every SSE client), `events` adds named `event: tool_trace`
+//! events (for UIs); a non-streamed answer carries the entries in a
+//! top-level `modelshim_trace` field. Without the header nothing is added.
+
+use axum::http::HeaderMap;
+use axum::response::sse::Event;
+use serde_json::{Value, json};
+
+use crate::tools::CallOutcome;
+
+/// The request header that turns the trace on.
+pub const HEADER: &str = "x-modelshim-trace";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceMode {
+    Off,
+    Comments,
+    Events,
+}
+
+impl TraceMode {
+    pub fn from_headers(h: &HeaderMap) -> Self {
+        match h.get(HEADER).and_then(|v| v.to_str().ok()).map(|v| v.trim().to_ascii_lowercase()) {
+            Some(v) if v == "comments" => TraceMode::Comments,
+            Some(v) if v == "events" => TraceMode::Events,
+            _ => TraceMode::Off,
+        }
+    }
+
+    pub fn on(self) -> bool {
+        self != TraceMode::Off
+    }
+
+    /// The SSE event that carries a trace entry in this mode.
+    pub fn event(self, entry: &Value) -> Option<Event> {
+        match self {
+            TraceMode::Off => None,
+            TraceMode::Comments => Some(Event::default().comment(format!("tool_trace {entry}"))),
+            TraceMode::Events => Some(Event::default().event("tool_trace").data(entry.to_string())),
+        }
+    }
+}
+
+/// The trace entry of one finished call; the result is cut to `max_chars`.
+pub fn entry(o: &CallOutcome, iteration: u32, max_chars: usize) -> Value {
+    let arguments = serde_json::from_str::<Value>(&o.call.arguments).unwrap_or_else(|_| json!(o.call.arguments));
+    let text = o.output.model_text(false);
+    let truncated = text.chars().count() > max_chars;
+    let result: String = if truncated { text.chars().take(max_chars).collect() } else { text };
+    json!({
+        "type": "tool_call",
+        "iteration": iteration,
+        "id": o.call.id,
+        "tool": o.call.name,
+        "arguments": arguments,
+        "status": o.status.as_str(),
+        "duration_ms": o.duration.as_millis() as u64,
+        "result": result,
+        "truncated": truncated,
+        "images": o.output.images().count(),
+    })
+}

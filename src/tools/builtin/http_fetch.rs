@@ -1,0 +1,266 @@
+//! `http_fetch`: a guarded HTTP GET. Off unless listed in `[tools] builtin`.
+//!
+//! Guards, because the model chooses the URL: http(s) only; the host must be
+//! on `allow_hosts` when that list is set; every address the host resolves
+//! to must be public (no loopback, private, link-local, CGNAT, multicast,
+//! documentation or reserved ranges) unless `allow_private`; the connection
+//! is pinned to the addresses that were checked (no DNS rebinding between
+//! check and connect); redirects are followed by hand (at most 5), each hop
+//! checked again; the body is cut at `max_bytes` and the whole fetch at
+//! `timeout_secs`.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use reqwest::Url;
+use serde_json::{Value, json};
+
+use crate::tools::config::{HttpFetchConfig, secs};
+use crate::tools::{Content, Tool, ToolError, ToolOutput, ToolSpec};
+
+const MAX_REDIRECTS: usize = 5;
+
+pub struct HttpFetch {
+    config: HttpFetchConfig,
+}
+
+impl HttpFetch {
+    pub fn new(config: HttpFetchConfig) -> Self {
+        // reqwest is built without a default crypto provider (see upstream.rs).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        HttpFetch { config }
+    }
+
+    /// Checks a URL against the guards; returns the addresses to connect to.
+    async fn admit(&self, url: &Url) -> Result<Vec<SocketAddr>, String> {
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!("only http and https URLs can be fetched, not {}", url.scheme()));
+        }
+        let host = url.host_str().ok_or("the URL has no host")?.trim_start_matches('[').trim_end_matches(']');
+        if !self.config.allow_hosts.is_empty() && !self.config.allow_hosts.iter().any(|p| host_matches(p, host)) {
+            return Err(format!("the host {host} is not on the allow-list"));
+        }
+        let port = url.port_or_known_default().unwrap_or(80);
+        let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
+            Ok(ip) => vec![SocketAddr::new(ip, port)],
+            Err(_) => tokio::net::lookup_host((host, port))
+                .await
+                .map_err(|e| format!("cannot resolve {host}: {e}"))?
+                .collect(),
+        };
+        if addrs.is_empty() {
+            return Err(format!("{host} resolves to no address"));
+        }
+        if !self.config.allow_private
+            && let Some(bad) = addrs.iter().find(|a| !is_public(a.ip()))
+        {
+            return Err(format!("{host} resolves to the non-public address {}, which is not allowed", bad.ip()));
+        }
+        Ok(addrs)
+    }
+
+    async fn fetch(&self, start: Url) -> Result<ToolOutput, String> {
+        let mut url = start;
+        for _ in 0..=MAX_REDIRECTS {
+            let addrs = self.admit(&url).await?;
+            let mut b = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
+            if let Some(host) = url.host_str()
+                && host.parse::<IpAddr>().is_err()
+            {
+                b = b.resolve_to_addrs(host, &addrs);
+            }
+            let client = b.build().map_err(|e| e.to_string())?;
+            let mut resp = client
+                .get(url.clone())
+                .header("user-agent", concat!("modelshim/", env!("CARGO_PKG_VERSION")))
+                .send()
+                .await
+                .map_err(|e| format!("fetch failed: {e}"))?;
+            let status = resp.status();
+            if status.is_redirection()
+                && let Some(loc) = resp.headers().get(reqwest::header::LOCATION).and_then(|v| v.to_str().ok())
+            {
+                url = url.join(loc).map_err(|e| format!("bad redirect {loc:?}: {e}"))?;
+                continue;
+            }
+            let mime = resp
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("application/octet-stream")
+                .to_string();
+            let mut body = Vec::new();
+            let mut truncated = false;
+            while let Some(chunk) = resp.chunk().await.map_err(|e| format!("reading the body failed: {e}"))? {
+                let room = self.config.max_bytes.saturating_sub(body.len());
+                if chunk.len() > room {
+                    body.extend_from_slice(&chunk[..room]);
+                    truncated = true;
+                    break;
+                }
+                body.extend_from_slice(&chunk);
+            }
+            let head = format!(
+                "HTTP {} from {url} ({mime}, {} bytes{})",
+                status.as_u16(),
+                body.len(),
+                if truncated { ", truncated" } else { "" }
+            );
+            let mut out = ToolOutput { content: vec![Content::Text(head)], is_error: !status.is_success() };
+            if mime.starts_with("image/") && !truncated {
+                let mime = mime.split(';').next().unwrap_or("image/png").trim().to_string();
+                out.content.push(Content::Image { mime, data: base64(&body) });
+            } else {
+                out.content.push(Content::Text(String::from_utf8_lossy(&body).into_owned()));
+            }
+            return Ok(out);
+        }
+        Err(format!("more than {MAX_REDIRECTS} redirects"))
+    }
+}
+
+impl Tool for HttpFetch {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "http_fetch".into(),
+            description: "Fetch a public web page or file with HTTP GET and return its body (text, or the image)."
+                .into(),
+            parameters: json!({"type": "object", "properties": {
+                "url": {"type": "string", "description": "An http or https URL"}},
+                "required": ["url"], "additionalProperties": false}),
+        }
+    }
+
+    fn call(&self, args: Value) -> BoxFuture<'_, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let raw = args.get("url").and_then(Value::as_str).unwrap_or_default();
+            let url = match Url::parse(raw) {
+                Ok(u) => u,
+                Err(e) => return Ok(ToolOutput::error(format!("not a URL ({e}): {raw}"))),
+            };
+            let limit: Duration = secs(self.config.timeout_secs);
+            match tokio::time::timeout(limit, self.fetch(url)).await {
+                Err(_) => Ok(ToolOutput::error(format!("the fetch took longer than {limit:?}"))),
+                Ok(Err(msg)) => Ok(ToolOutput::error(msg)),
+                Ok(Ok(out)) => Ok(out),
+            }
+        })
+    }
+}
+
+/// `example.com` matches itself; `*.example.com` matches its subdomains.
+fn host_matches(pattern: &str, host: &str) -> bool {
+    let (p, h) = (pattern.to_ascii_lowercase(), host.to_ascii_lowercase());
+    match p.strip_prefix("*.") {
+        Some(suffix) => h.len() > suffix.len() && h.ends_with(&format!(".{suffix}")),
+        None => p == h,
+    }
+}
+
+/// Whether an address is on the public internet.
+pub fn is_public(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => is_public_v4(v4),
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_public_v4(v4);
+            }
+            let s = v6.segments();
+            // NAT64 (64:ff9b::/96) embeds an IPv4 address.
+            if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] {
+                return is_public_v4(Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8));
+            }
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (s[0] & 0xfe00) == 0xfc00 // unique local
+                || (s[0] & 0xffc0) == 0xfe80 // link-local
+                || (s[0] & 0xffc0) == 0xfec0 // site-local (deprecated)
+                || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
+                || v6 == Ipv6Addr::from([0u8; 16]))
+        }
+    }
+}
+
+fn is_public_v4(ip: Ipv4Addr) -> bool {
+    let o = ip.octets();
+    !(ip.is_loopback()
+        || ip.is_private()
+        || ip.is_link_local()
+        || ip.is_unspecified()
+        || ip.is_broadcast()
+        || ip.is_multicast()
+        || ip.is_documentation()
+        || o[0] == 0
+        || (o[0] == 100 && (o[1] & 0xc0) == 64) // CGNAT 100.64/10
+        || (o[0] == 192 && o[1] == 0 && o[2] == 0) // IETF protocol assignments
+        || (o[0] == 198 && (o[1] & 0xfe) == 18) // benchmarking 198.18/15
+        || o[0] >= 240)
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut s = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for c in bytes.chunks(3) {
+        let n =
+            (u32::from(c[0]) << 16) | (u32::from(*c.get(1).unwrap_or(&0)) << 8) | u32::from(*c.get(2).unwrap_or(&0));
+        s.push(T[(n >> 18) as usize & 63] as char);
+        s.push(T[(n >> 12) as usize & 63] as char);
+        s.push(if c.len() > 1 { T[(n >> 6) as usize & 63] as char } else { '=' });
+        s.push(if c.len() > 2 { T[n as usize & 63] as char } else { '=' });
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn public_address_check() {
+        for bad in [
+            "127.0.0.1",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "169.254.169.254",
+            "100.64.0.1",
+            "0.0.0.0",
+            "::1",
+            "fe80::1",
+            "fd00::1",
+            "::ffff:127.0.0.1",
+            "64:ff9b::a00:1",
+            "255.255.255.255",
+        ] {
+            assert!(!is_public(bad.parse().unwrap()), "{bad}");
+        }
+        for good in ["1.1.1.1", "93.184.216.34", "2606:4700::1111", "64:ff9b::101:101"] {
+            assert!(is_public(good.parse().unwrap()), "{good}");
+        }
+    }
+
+    #[test]
+    fn host_patterns() {
+        assert!(host_matches("example.com", "Example.com"));
+        assert!(!host_matches("example.com", "a.example.com"));
+        assert!(host_matches("*.example.com", "a.example.com"));
+        assert!(!host_matches("*.example.com", "example.com"));
+        assert!(!host_matches("*.example.com", "badexample.com"));
+        assert_eq!(base64(b"hello"), "aGVsbG8=");
+        assert_eq!(base64(b"hi!"), "aGkh");
+    }
+
+    #[tokio::test]
+    async fn refuses_loopback_and_unlisted_hosts() {
+        let f = HttpFetch::new(HttpFetchConfig::default());
+        let out = f.call(json!({"url": "http://127.0.0.1:9/x"})).await.unwrap();
+        assert!(out.is_error && out.model_text(false).contains("non-public"), "{out:?}");
+        let out = f.call(json!({"url": "file:///etc/passwd"})).await.unwrap();
+        assert!(out.is_error, "{out:?}");
+        let f = HttpFetch::new(HttpFetchConfig { allow_hosts: vec!["example.org".into()], ..Default::default() });
+        let out = f.call(json!({"url": "http://localhost/"})).await.unwrap();
+        assert!(out.model_text(false).contains("allow-list"), "{out:?}");
+    }
+}

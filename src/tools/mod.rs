@@ -1,0 +1,428 @@
+//! Server-side tools: one [`Tool`] trait over three sources — built-in tools
+//! (`builtin/`), MCP servers ([`mcp`]) and skill tools ([`skill`]) — and the
+//! [`Registry`] that turns them into a [`Catalog`]: the exposed names, the
+//! OpenAI definitions offered to the model, and the argument validators
+//! compiled once per catalog. [`dispatch`] runs calls against a catalog.
+//!
+//! The catalog is rebuilt only when an MCP server's tool list changes (a
+//! generation counter bumped on connect and on `tools/list_changed`), so a
+//! request takes a snapshot (`Arc<Catalog>`) without any work.
+
+pub mod builtin;
+pub mod config;
+pub mod dispatch;
+pub mod mcp;
+pub mod skill;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, Weak};
+use std::time::Duration;
+
+use futures_util::future::BoxFuture;
+use serde_json::{Value, json};
+
+pub use config::{McpConfig, McpServerConfig, SkillConfig, SkillMode, ToolsConfig};
+pub use dispatch::{CallOutcome, CallRequest, Status};
+
+/// Errors of the tool layer. A failing tool never fails the request: its
+/// error becomes the tool result the model reads.
+#[derive(Debug, thiserror::Error)]
+pub enum ToolError {
+    /// The configuration cannot work (unknown built-in, bad skill).
+    #[error("{0}")]
+    Config(String),
+    /// The tool ran and failed.
+    #[error("{0}")]
+    Failed(String),
+    /// The tool's backend (an MCP server) is not reachable.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// What a tool tells the model about itself.
+#[derive(Debug, Clone)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON schema of the arguments (an object schema).
+    pub parameters: Value,
+}
+
+impl ToolSpec {
+    /// The OpenAI `tools[]` entry.
+    pub fn to_openai(&self) -> Value {
+        json!({"type": "function", "function": {
+            "name": self.name, "description": self.description, "parameters": self.parameters}})
+    }
+}
+
+/// One piece of a tool result.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Content {
+    Text(String),
+    /// Base64 data and its MIME type.
+    Image {
+        mime: String,
+        data: String,
+    },
+    /// A resource the tool points to (MCP `resource_link`).
+    Link {
+        uri: String,
+        name: String,
+        mime: Option<String>,
+        description: Option<String>,
+    },
+}
+
+/// A tool's result.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ToolOutput {
+    pub content: Vec<Content>,
+    /// The tool reports a failure (MCP `isError`); the model still reads it.
+    pub is_error: bool,
+}
+
+impl ToolOutput {
+    pub fn text(t: impl Into<String>) -> Self {
+        ToolOutput { content: vec![Content::Text(t.into())], is_error: false }
+    }
+
+    pub fn error(t: impl Into<String>) -> Self {
+        ToolOutput { content: vec![Content::Text(t.into())], is_error: true }
+    }
+
+    /// The images of the result.
+    pub fn images(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.content.iter().filter_map(|c| match c {
+            Content::Image { mime, data } => Some((mime.as_str(), data.as_str())),
+            _ => None,
+        })
+    }
+
+    /// The text the model reads in the `tool` message. Images are replaced
+    /// by a placeholder: "attached below" when they follow in a user message
+    /// (`vision`), else a note that they were left out.
+    pub fn model_text(&self, vision: bool) -> String {
+        let mut parts: Vec<String> = Vec::new();
+        let mut n = 0;
+        for c in &self.content {
+            match c {
+                Content::Text(t) => parts.push(t.clone()),
+                Content::Image { mime, data } => {
+                    n += 1;
+                    parts.push(if vision {
+                        format!("[image {n} ({mime}) is attached in the next user message]")
+                    } else {
+                        format!(
+                            "[image {n} ({mime}, {} bytes) omitted: this model does not take images]",
+                            data.len() / 4 * 3
+                        )
+                    });
+                }
+                Content::Link { uri, name, mime, description } => {
+                    let mut s = format!("[resource link: {name} <{uri}>");
+                    if let Some(m) = mime {
+                        s.push_str(&format!(" ({m})"));
+                    }
+                    if let Some(d) = description {
+                        s.push_str(&format!(": {d}"));
+                    }
+                    s.push(']');
+                    parts.push(s);
+                }
+            }
+        }
+        let body = if parts.is_empty() { "(no output)".to_string() } else { parts.join("\n") };
+        if self.is_error { format!("Error: {body}") } else { body }
+    }
+}
+
+/// One server-side tool.
+pub trait Tool: Send + Sync {
+    /// Name, description and argument schema (the name is the tool's own;
+    /// the registry decides the exposed name).
+    fn spec(&self) -> ToolSpec;
+    /// Runs the tool. `Err` is for failures around the tool (backend down);
+    /// a tool that ran and failed returns `Ok` with `is_error`.
+    fn call(&self, args: Value) -> BoxFuture<'_, Result<ToolOutput, ToolError>>;
+}
+
+/// Where a catalog entry comes from (for logs, `check` and traces).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    Builtin,
+    Skill,
+    Mcp(String),
+}
+
+/// One callable tool in a catalog.
+pub struct Entry {
+    /// The definition as offered to the model (exposed name).
+    pub spec: ToolSpec,
+    pub tool: Arc<dyn Tool>,
+    pub source: Source,
+    /// Offered to the model (MCP servers with `expose = false` are not).
+    pub offered: bool,
+    pub timeout: Duration,
+    validator: Option<Arc<jsonschema::Validator>>,
+}
+
+/// A snapshot of every server-side tool, by exposed name.
+#[derive(Default)]
+pub struct Catalog {
+    entries: Vec<Entry>,
+    by_name: HashMap<String, usize>,
+}
+
+impl Catalog {
+    pub fn get(&self, name: &str) -> Option<&Entry> {
+        self.by_name.get(name).map(|&i| &self.entries[i])
+    }
+
+    /// The tools offered to the model.
+    pub fn offered(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.iter().filter(|e| e.offered)
+    }
+
+    pub fn entries(&self) -> impl Iterator<Item = &Entry> {
+        self.entries.iter()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    fn push(&mut self, spec: ToolSpec, tool: Arc<dyn Tool>, source: Source, offered: bool, timeout: Duration) {
+        let validator = match jsonschema::validator_for(&spec.parameters) {
+            Ok(v) => Some(Arc::new(v)),
+            Err(e) => {
+                tracing::warn!(tool = %spec.name, "argument schema does not compile, arguments are not checked: {e}");
+                None
+            }
+        };
+        self.by_name.insert(spec.name.clone(), self.entries.len());
+        self.entries.push(Entry { spec, tool, source, offered, timeout, validator });
+    }
+}
+
+/// A name within OpenAI's function-name rules (`^[a-zA-Z0-9_-]{1,64}$`):
+/// other characters become `_`, and the name is cut to 64.
+pub fn sanitize_name(name: &str) -> String {
+    let mut s: String =
+        name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).collect();
+    if s.is_empty() {
+        s.push('_');
+    }
+    s.truncate(64);
+    s
+}
+
+/// `base` made unique against `taken` by a numeric suffix, staying within 64.
+fn unique_name(base: &str, taken: &HashMap<String, usize>) -> String {
+    if !taken.contains_key(base) {
+        return base.to_string();
+    }
+    (2..)
+        .map(|i| {
+            let suffix = format!("_{i}");
+            let mut b = base.to_string();
+            b.truncate(64 - suffix.len());
+            b + &suffix
+        })
+        .find(|n| !taken.contains_key(n))
+        .unwrap_or_else(|| base.to_string())
+}
+
+struct StaticTool {
+    tool: Arc<dyn Tool>,
+    source: Source,
+    timeout: Duration,
+}
+
+/// Every configured server-side tool; hands out catalog snapshots.
+pub struct Registry {
+    pub config: ToolsConfig,
+    statics: Vec<StaticTool>,
+    mcp: Arc<mcp::Manager>,
+    catalog: RwLock<(u64, Arc<Catalog>)>,
+    started: tokio::sync::OnceCell<()>,
+    /// The MCP supervisor (reconnects servers that went away); aborted on drop.
+    supervisor: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        if let Ok(mut g) = self.supervisor.lock()
+            && let Some(h) = g.take()
+        {
+            h.abort();
+        }
+    }
+}
+
+impl Registry {
+    /// Builds the registry from `[tools]` and `[mcp]`; `None` when neither
+    /// configures a tool (requests then take the plain path).
+    pub fn new(tools: Option<&ToolsConfig>, mcp: Option<&McpConfig>) -> Result<Option<Arc<Self>>, ToolError> {
+        let config = tools.cloned().unwrap_or_default();
+        let servers = mcp.map(|m| m.servers.clone()).unwrap_or_default();
+        if config.builtin.is_empty() && config.skill.is_empty() && servers.values().all(|s| !s.enabled) {
+            return Ok(None);
+        }
+        for (name, s) in &config.skill {
+            skill::validate(name, s, &config.skill)?;
+        }
+        let unknown: Vec<&String> = config.builtin.iter().filter(|n| !builtin::NAMES.contains(&n.as_str())).collect();
+        if !unknown.is_empty() {
+            return Err(ToolError::Config(format!(
+                "[tools] builtin: unknown tool(s) {unknown:?}; known: {}",
+                builtin::NAMES.join(", ")
+            )));
+        }
+        let manager = Arc::new(mcp::Manager::new(&servers, config.timeout())?);
+        // Skill tools call their bound tools through the registry (which
+        // owns them), hence the weak back reference.
+        let reg = Arc::new_cyclic(|weak: &Weak<Registry>| {
+            let mut statics: Vec<StaticTool> = config
+                .builtin
+                .iter()
+                .filter_map(|name| builtin::make(name, &config))
+                .map(|tool| StaticTool { tool, source: Source::Builtin, timeout: config.timeout() })
+                .collect();
+            for (name, s) in &config.skill {
+                let timeout = s.timeout_secs.map_or(config.timeout(), config::secs);
+                let tool: Arc<dyn Tool> = Arc::new(skill::SkillTool::new(name, s, weak.clone()));
+                statics.push(StaticTool { tool, source: Source::Skill, timeout });
+            }
+            Registry {
+                config: config.clone(),
+                statics,
+                mcp: manager,
+                catalog: RwLock::new((u64::MAX, Arc::new(Catalog::default()))),
+                started: tokio::sync::OnceCell::new(),
+                supervisor: std::sync::Mutex::new(None),
+            }
+        });
+        Ok(Some(reg))
+    }
+
+    /// The configured MCP servers.
+    pub fn mcp(&self) -> &Arc<mcp::Manager> {
+        &self.mcp
+    }
+
+    /// Connects every MCP server once (concurrently) and starts the
+    /// supervisor that reconnects servers that went away. Idempotent; the
+    /// first request awaits it when `serve` did not.
+    pub async fn ensure_started(&self) {
+        self.started
+            .get_or_init(|| async {
+                for (name, r) in self.mcp.connect_all().await {
+                    match r {
+                        Ok(n) => tracing::info!(server = %name, tools = n, "MCP server ready"),
+                        Err(e) => tracing::warn!(server = %name, "MCP server not available (retrying): {e}"),
+                    }
+                }
+                if self.mcp.has_servers()
+                    && let Ok(mut g) = self.supervisor.lock()
+                {
+                    *g = Some(tokio::spawn(mcp::supervise(Arc::downgrade(&self.mcp))));
+                }
+            })
+            .await;
+    }
+
+    /// The current catalog; rebuilt only when an MCP tool list changed.
+    pub fn catalog(&self) -> Arc<Catalog> {
+        let generation = self.mcp.generation();
+        if let Ok(g) = self.catalog.read()
+            && g.0 == generation
+        {
+            return g.1.clone();
+        }
+        let built = Arc::new(self.build());
+        if let Ok(mut g) = self.catalog.write() {
+            *g = (generation, built.clone());
+        }
+        built
+    }
+
+    fn build(&self) -> Catalog {
+        let mut c = Catalog::default();
+        for s in &self.statics {
+            let mut spec = s.tool.spec();
+            spec.name = unique_name(&sanitize_name(&spec.name), &c.by_name);
+            c.push(spec, s.tool.clone(), s.source.clone(), true, s.timeout);
+        }
+        for t in self.mcp.tools() {
+            let mut spec = t.spec();
+            let exposed = unique_name(&sanitize_name(&format!("{}__{}", t.server_name(), spec.name)), &c.by_name);
+            spec.name = exposed;
+            let source = Source::Mcp(t.server_name().to_string());
+            let (offered, timeout) = (t.exposed(), t.timeout());
+            c.push(spec, Arc::new(t), source, offered, timeout);
+        }
+        c
+    }
+}
+
+/// `modelshim check`: connects every MCP server, prints what each offers,
+/// and returns how many failed.
+pub async fn check(reg: &Registry) -> usize {
+    let mut failed = 0;
+    for (name, r) in reg.mcp.connect_all().await {
+        let target = reg.mcp.servers().iter().find(|s| s.name == name).map(|s| s.target()).unwrap_or_default();
+        match r {
+            Ok(n) => println!("ok   mcp server {name:<12} {target} ({n} tools)"),
+            Err(e) => {
+                failed += 1;
+                println!("FAIL mcp server {name:<12} {e}");
+            }
+        }
+    }
+    let catalog = reg.catalog();
+    let names: Vec<&str> = catalog.offered().map(|e| e.spec.name.as_str()).collect();
+    println!("ok   server-side tools: {}", if names.is_empty() { "(none)".to_string() } else { names.join(", ") });
+    failed
+}
+
+/// Bumps a shared generation counter (catalogs built before are stale).
+pub(crate) fn bump(generation: &AtomicU64) {
+    generation.fetch_add(1, Ordering::SeqCst);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_sanitized_and_unique() {
+        assert_eq!(sanitize_name("srv__get.time v2"), "srv__get_time_v2");
+        assert_eq!(sanitize_name(&"x".repeat(80)).len(), 64);
+        let mut taken = HashMap::new();
+        taken.insert("a".to_string(), 0);
+        taken.insert("a_2".to_string(), 1);
+        assert_eq!(unique_name("a", &taken), "a_3");
+        taken.insert("x".repeat(64), 2);
+        assert_eq!(unique_name(&"x".repeat(64), &taken).len(), 64);
+    }
+
+    #[test]
+    fn model_text_replaces_images_and_marks_errors() {
+        let out = ToolOutput {
+            content: vec![
+                Content::Text("see".into()),
+                Content::Image { mime: "image/png".into(), data: "AAAA".into() },
+                Content::Link { uri: "file:///a".into(), name: "a".into(), mime: None, description: None },
+            ],
+            is_error: true,
+        };
+        assert_eq!(
+            out.model_text(true),
+            "Error: see\n[image 1 (image/png) is attached in the next user message]\n[resource link: a <file:///a>]"
+        );
+        assert!(out.model_text(false).contains("omitted"));
+        assert_eq!(ToolOutput::default().model_text(false), "(no output)");
+    }
+}
