@@ -5,6 +5,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod fixture;
+pub mod metrics;
 pub mod openai;
 pub mod provider;
 pub mod server;

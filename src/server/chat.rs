@@ -19,7 +19,7 @@ use super::Shared;
 use crate::error::{ApiError, ErrorObject};
 use crate::openai::{ChatRequest, Chunk, Completion};
 use crate::provider::upstream::{Events, Reply};
-use crate::provider::{Route, UpstreamError, request};
+use crate::provider::{Route, UpstreamError};
 use crate::stream::{Assembler, Normalizer, completion_to_chunk, normalize::Settings};
 use crate::toolcall::ToolIndex;
 
@@ -35,8 +35,10 @@ pub(super) fn route_for(s: &Shared, model: &str) -> Result<Route, ApiError> {
 }
 
 pub async fn completions(State(s): State<Shared>, body: Bytes) -> Result<Response, ApiError> {
-    let mut req = parse(&body)?;
-    let route = route_for(&s, &req.model)?;
+    let req = parse(&body)?;
+    // Retries, circuit breakers and fallback along an alias chain; the
+    // route that answered decides how its answer is normalized.
+    let (route, reply) = super::dispatch::send(&s, &req).await?;
     let provider = route.provider.clone();
     let client_stream = req.is_stream();
     let settings = Settings {
@@ -46,8 +48,6 @@ pub async fn completions(State(s): State<Shared>, body: Bytes) -> Result<Respons
         want_usage: client_stream && req.wants_usage(),
         finish_map: provider.profile.response.finish_reason.clone(),
     };
-    request::normalize(&mut req, &provider.profile, &route.model);
-    let reply = s.upstream.post(&provider, "chat/completions", &req).await?;
     let mut norm = Normalizer::new(settings);
     match reply {
         Reply::Json(v) => {

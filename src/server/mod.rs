@@ -1,21 +1,27 @@
 //! The HTTP surface: `app(state)` builds the router, so tests drive exactly
 //! what `modelshim serve` runs.
 
+pub mod auth;
 mod chat;
+mod dispatch;
+pub mod edge;
+pub mod limits;
 mod models;
 mod passthrough;
+pub mod shutdown;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 
 use crate::config::{Config, ConfigError};
+use crate::provider::resilience::Breakers;
 use crate::provider::upstream::Upstream;
 use crate::provider::{Profile, Providers};
 use crate::state::{MemoryStore, StateStore};
@@ -28,6 +34,10 @@ pub struct AppState {
     pub store: Arc<dyn StateStore>,
     /// How long conversation state is kept.
     pub state_ttl: Duration,
+    /// Auth, limits and shutdown handles of the edge middleware.
+    pub edge: edge::Edge,
+    /// One circuit breaker per provider.
+    pub breakers: Breakers,
     ready: AtomicBool,
 }
 
@@ -39,12 +49,20 @@ impl AppState {
         let providers = Providers::resolve(config, profiles)?;
         let upstream = Upstream::new(Duration::from_secs_f64(config.upstream.connect_timeout_secs))
             .map_err(ConfigError::Invalid)?;
-        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new(config.state.max_entries));
+        let store: Arc<dyn StateStore> = match &config.state.redis_url {
+            Some(url) => Arc::new(crate::state::RedisStore::new(url).map_err(|e| ConfigError::Invalid(e.to_string()))?),
+            None => Arc::new(MemoryStore::new(config.state.max_entries)),
+        };
+        let auth = auth::Auth::new(config.auth.as_ref(), config.limits.max_concurrent_per_key)
+            .map_err(ConfigError::Invalid)?;
+        crate::metrics::init();
         Ok(Arc::new(AppState {
             providers,
             upstream,
             store,
             state_ttl: config.state.ttl(),
+            edge: edge::Edge::new(auth, config.limits.clone()),
+            breakers: Breakers::default(),
             ready: AtomicBool::new(true),
         }))
     }
@@ -55,16 +73,27 @@ impl AppState {
     }
 }
 
-/// The router.
+/// The router, behind the edge middleware (auth, limits, request id,
+/// metrics; see [`edge`]).
 pub fn app(state: Shared) -> Router {
+    // The edge reads the body within its own limit and answers 413 in
+    // OpenAI's shape; the extractor's limit is raised to match.
+    let body_limit = DefaultBodyLimit::max(state.edge.limits.max_body_bytes);
     Router::new()
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/models", get(models::list))
         .route("/v1/embeddings", post(passthrough::embeddings))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), edge::guard))
+        .layer(body_limit)
         .with_state(state)
+}
+
+async fn metrics() -> impl IntoResponse {
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::metrics::render())
 }
 
 async fn readyz(State(s): State<Shared>) -> impl IntoResponse {

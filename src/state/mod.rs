@@ -8,6 +8,7 @@
 //! replicas can continue each other's conversations.
 
 mod memory;
+mod redis;
 
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 pub use memory::MemoryStore;
+pub use self::redis::RedisStore;
 
 /// Errors of a state backend. Callers log them and go on without the state
 /// (degraded, never failing the request).

@@ -189,6 +189,7 @@ impl Normalizer {
                     let id = call.id.clone().unwrap_or_else(new_call_id);
                     pending.push(tool_delta(index, Some(id), Some(call.name.clone()), Some(String::new())));
                     pending.push(tool_delta(index, None, None, Some(call.arguments.clone())));
+                    crate::metrics::recovered(std::slice::from_ref(&call));
                     self.recovered.push(call);
                 }
             }
