@@ -27,7 +27,7 @@ pub async fn send(s: &Shared, req: &ChatRequest) -> Result<(Route, Reply), ApiEr
     for (i, route) in routes.iter().enumerate() {
         let p = &route.provider;
         if let Some(c) = &ctx {
-            c.set_provider(&p.name);
+            c.set_served(&p.name, &route.model);
         }
         let mut upstream_req = req.clone();
         request::normalize(&mut upstream_req, &p.profile, &route.model);

@@ -55,19 +55,19 @@ pub struct RequestCtx {
     pub start: Instant,
     /// The `model` the client asked for, when the body names one.
     pub model: Option<String>,
-    /// The provider that served it (the last one tried).
-    provider: Mutex<Option<String>>,
+    /// Provider and upstream model that served it (the last tried).
+    served: Mutex<Option<(String, String)>>,
 }
 
 impl RequestCtx {
-    pub fn set_provider(&self, name: &str) {
-        if let Ok(mut p) = self.provider.lock() {
-            *p = Some(name.to_string());
+    pub fn set_served(&self, provider: &str, model: &str) {
+        if let Ok(mut p) = self.served.lock() {
+            *p = Some((provider.to_string(), model.to_string()));
         }
     }
 
-    pub fn provider(&self) -> Option<String> {
-        self.provider.lock().ok().and_then(|p| p.clone())
+    pub fn served(&self) -> Option<(String, String)> {
+        self.served.lock().ok().and_then(|p| p.clone())
     }
 }
 
@@ -230,7 +230,7 @@ async fn serve(s: Shared, req: Request, next: Next, id: String) -> Response {
     } else {
         Request::from_parts(parts, body)
     };
-    let ctx = Arc::new(RequestCtx { id, start, model, provider: Mutex::new(None) });
+    let ctx = Arc::new(RequestCtx { id, start, model, served: Mutex::new(None) });
     let mut done = Done {
         ctx: ctx.clone(),
         key: key.map(|k| k.name.clone()),
@@ -279,11 +279,11 @@ struct Done {
 impl Drop for Done {
     fn drop(&mut self) {
         let elapsed = self.ctx.start.elapsed();
-        let provider = self.ctx.provider();
+        let served = self.ctx.served();
         // Unrouted requests are labelled as such: a label per arbitrary
         // client string would grow the series without bound.
-        let (p, m) = match &provider {
-            Some(p) => (p.as_str(), self.ctx.model.as_deref().unwrap_or("")),
+        let (p, m) = match &served {
+            Some((p, m)) => (p.as_str(), m.as_str()),
             None => ("none", "unrouted"),
         };
         crate::metrics::request_done(p, m, self.status.as_u16(), elapsed);
