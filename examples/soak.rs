@@ -170,10 +170,8 @@ async fn one(http: &reqwest::Client, url: &str, tally: &Tally) {
         }
         return;
     }
-    let events: Vec<&str> = text
-        .split("\n\n")
-        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data:")).map(str::trim))
-        .collect();
+    let events: Vec<&str> =
+        text.split("\n\n").filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data:")).map(str::trim)).collect();
     match events.last() {
         Some(&"[DONE]") => {
             if events.iter().any(|e| e.contains("\"error\"")) {
@@ -212,10 +210,8 @@ async fn main() {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let faults = Arc::new(Faults::default());
     let f = faults.clone();
-    let mock = axum::Router::new().route(
-        "/v1/chat/completions",
-        axum::routing::post(move |b: axum::body::Bytes| upstream(f.clone(), b)),
-    );
+    let mock = axum::Router::new()
+        .route("/v1/chat/completions", axum::routing::post(move |b: axum::body::Bytes| upstream(f.clone(), b)));
     let ml = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let mock_addr = ml.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(ml, mock).await });

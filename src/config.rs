@@ -233,11 +233,8 @@ impl Config {
     /// Notes on sections that are accepted but not active in this version.
     pub fn inactive_sections(&self) -> Vec<&'static str> {
         let mut v = Vec::new();
-        let sections = [
-            (self.skills.is_some(), "skills"),
-            (self.mcp.is_some(), "mcp"),
-            (self.tools.is_some(), "tools"),
-        ];
+        let sections =
+            [(self.skills.is_some(), "skills"), (self.mcp.is_some(), "mcp"), (self.tools.is_some(), "tools")];
         v.extend(sections.iter().filter(|(on, _)| *on).map(|(_, n)| *n));
         v
     }

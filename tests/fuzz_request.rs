@@ -90,20 +90,23 @@ fn env() -> Env {
 }
 
 fn check(env: &Env, body: Vec<u8>) -> Result<(), TestCaseError> {
-    let (status, text) = env.rt.block_on(async {
-        let r = env
-            .proxy
-            .http
-            .post(env.proxy.url("/v1/chat/completions"))
-            .header("content-type", "application/json")
-            .body(body.clone())
-            .send()
-            .await
-            .map_err(|e| format!("no answer (panic?): {e}"))?;
-        let status = r.status().as_u16();
-        let text = r.text().await.map_err(|e| format!("body broken: {e}"))?;
-        Ok::<_, String>((status, text))
-    }).map_err(TestCaseError::fail)?;
+    let (status, text) = env
+        .rt
+        .block_on(async {
+            let r = env
+                .proxy
+                .http
+                .post(env.proxy.url("/v1/chat/completions"))
+                .header("content-type", "application/json")
+                .body(body.clone())
+                .send()
+                .await
+                .map_err(|e| format!("no answer (panic?): {e}"))?;
+            let status = r.status().as_u16();
+            let text = r.text().await.map_err(|e| format!("body broken: {e}"))?;
+            Ok::<_, String>((status, text))
+        })
+        .map_err(TestCaseError::fail)?;
     prop_assert!(status == 200 || (400..500).contains(&status), "status {status}: {text}");
     if status != 200 {
         let v: Value = serde_json::from_str(&text).map_err(|e| TestCaseError::fail(format!("{e}: {text}")))?;

@@ -118,11 +118,10 @@ async fn per_key_models_rate_and_concurrency() {
     assert!(h["retry-after"].to_str().unwrap().parse::<u64>().unwrap() >= 1);
 
     let h = hello();
-    let (a, b) =
-        tokio::join!(post(&p, Some("sk-one-at-a-time"), &h), async {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            post(&p, Some("sk-one-at-a-time"), &hello()).await
-        });
+    let (a, b) = tokio::join!(post(&p, Some("sk-one-at-a-time"), &h), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        post(&p, Some("sk-one-at-a-time"), &hello()).await
+    });
     assert_eq!(a.0, 200);
     assert_eq!((b.0, b.2["error"]["code"].as_str()), (429, Some("concurrency_limit_exceeded")), "{}", b.2);
     // The permit is released with the response.
@@ -133,7 +132,14 @@ async fn per_key_models_rate_and_concurrency() {
 async fn request_id_in_and_out() {
     let server = ok_upstream().await;
     let p = proxy("", &server.uri()).await;
-    let r = p.http.post(p.url("/v1/chat/completions")).header("x-request-id", "trace-abc-1").json(&hello()).send().await.unwrap();
+    let r = p
+        .http
+        .post(p.url("/v1/chat/completions"))
+        .header("x-request-id", "trace-abc-1")
+        .json(&hello())
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.headers()["x-request-id"], "trace-abc-1");
     let r = p.http.post(p.url("/v1/chat/completions")).json(&hello()).send().await.unwrap();
     assert!(r.headers()["x-request-id"].to_str().unwrap().starts_with("req_"));
@@ -315,7 +321,8 @@ async fn connect_timeout() {
     let addr = listener.local_addr().unwrap();
     let mut held = Vec::new();
     for _ in 0..8 {
-        if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(200), tokio::net::TcpStream::connect(addr)).await {
+        if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(200), tokio::net::TcpStream::connect(addr)).await
+        {
             held.push(s);
         }
     }
@@ -375,8 +382,7 @@ async fn retry_honours_retry_after_and_gives_up_after_retries() {
 
 #[tokio::test]
 async fn stream_dropped_before_first_event_is_retried() {
-    let (url, script) =
-        scripted(vec![Act::DropBeforeFirst], Act::Stream { n: 3, gap: Duration::ZERO, size: 1 }).await;
+    let (url, script) = scripted(vec![Act::DropBeforeFirst], Act::Stream { n: 3, gap: Duration::ZERO, size: 1 }).await;
     let p = proxy_with("", &url, |c| c.upstream.retry_backoff_ms = 10).await;
     let (st, events) = p.chat_stream(stream_req()).await;
     assert_eq!(st, 200);
@@ -402,7 +408,8 @@ async fn fallback_to_the_second_provider() {
         c.models.insert("plain".into(), "w/m3".into());
     })
     .await;
-    let (st, _, body) = post(&p, None, &json!({"model": "smart", "messages": [{"role": "user", "content": "hi"}]})).await;
+    let (st, _, body) =
+        post(&p, None, &json!({"model": "smart", "messages": [{"role": "user", "content": "hi"}]})).await;
     assert_eq!(st, 200, "{body}");
     assert_eq!(bad.received_requests().await.unwrap().len(), 2, "first provider tried with its retries");
     let seen = good.received_requests().await.unwrap();
@@ -439,7 +446,12 @@ async fn circuit_opens_after_failures() {
 #[tokio::test]
 async fn circuit_half_opens_and_closes() {
     let server = MockServer::start().await;
-    Mock::given(method("POST")).respond_with(ResponseTemplate::new(502)).up_to_n_times(1).with_priority(1).mount(&server).await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(502))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
     Mock::given(method("POST"))
         .respond_with(ResponseTemplate::new(200).set_body_json(ok_completion()))
         .with_priority(5)
@@ -466,7 +478,11 @@ async fn metrics_after_traffic() {
     let p = proxy_with("", &url, |c| {
         c.providers.insert(
             "metricsprov".into(),
-            ProviderConfig { profile: Some("testvendor".into()), base_url: Some(format!("{url}/v1")), ..Default::default() },
+            ProviderConfig {
+                profile: Some("testvendor".into()),
+                base_url: Some(format!("{url}/v1")),
+                ..Default::default()
+            },
         );
     })
     .await;

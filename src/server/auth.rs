@@ -207,7 +207,9 @@ impl Key {
     pub fn admit(&self) -> Result<(), AuthError> {
         match &self.limiter {
             Some(l) => l.check().map_err(|not_until| {
-                AuthError::RateLimited(not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default())))
+                AuthError::RateLimited(
+                    not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default())),
+                )
             }),
             None => Ok(()),
         }

@@ -106,7 +106,9 @@ fn refuse_auth(e: &AuthError) -> Response {
         AuthError::Missing | AuthError::Wrong => {
             error(StatusCode::UNAUTHORIZED, "invalid_request_error", "invalid_api_key", e.to_string())
         }
-        AuthError::ModelDenied(_) => error(StatusCode::FORBIDDEN, "invalid_request_error", "model_not_allowed", e.to_string()),
+        AuthError::ModelDenied(_) => {
+            error(StatusCode::FORBIDDEN, "invalid_request_error", "model_not_allowed", e.to_string())
+        }
         AuthError::RateLimited(wait) => {
             let mut r = error(StatusCode::TOO_MANY_REQUESTS, "requests", "rate_limit_exceeded", e.to_string());
             let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
@@ -199,7 +201,12 @@ async fn serve(s: Shared, req: Request, next: Next, id: String) -> Response {
                 if is_length_limit(&e) {
                     return too_large(max);
                 }
-                return error(StatusCode::BAD_REQUEST, "invalid_request_error", "bad_body", format!("Cannot read the body: {e}"));
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    "bad_body",
+                    format!("Cannot read the body: {e}"),
+                );
             }
         };
         if parts.uri.path().starts_with("/v1/") {
@@ -220,7 +227,12 @@ async fn serve(s: Shared, req: Request, next: Next, id: String) -> Response {
                     // restricted key: the handler's parse might read it
                     // differently (duplicate keys).
                     None if peek.is_none() && !k.allows("") => {
-                        return error(StatusCode::BAD_REQUEST, "invalid_request_error", "invalid_body", "The body must be a JSON object with a string `model`.");
+                        return error(
+                            StatusCode::BAD_REQUEST,
+                            "invalid_request_error",
+                            "invalid_body",
+                            "The body must be a JSON object with a string `model`.",
+                        );
                     }
                     _ => {}
                 }

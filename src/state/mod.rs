@@ -15,8 +15,8 @@ use std::time::Duration;
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 
-pub use memory::MemoryStore;
 pub use self::redis::RedisStore;
+pub use memory::MemoryStore;
 
 /// Errors of a state backend. Callers log them and go on without the state
 /// (degraded, never failing the request).
