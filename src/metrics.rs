@@ -52,6 +52,15 @@ pub fn init() -> Option<PrometheusHandle> {
                 .ok()?;
             let handle = builder.install_recorder().ok()?;
             describe();
+            // Histogram samples are buffered until drained; without a scrape
+            // they would pile up, so drain them on a timer.
+            let h = handle.clone();
+            let _ = std::thread::Builder::new().name("metrics-upkeep".into()).spawn(move || {
+                loop {
+                    std::thread::sleep(std::time::Duration::from_secs(5));
+                    h.run_upkeep();
+                }
+            });
             Some(handle)
         })
         .clone()

@@ -207,8 +207,13 @@ pub async fn post(
 ) -> Result<Reply, UpstreamError> {
     let retries = p.upstream.retries();
     let mut attempt = 0;
+    let mut last: Option<UpstreamError> = None;
     loop {
-        breakers.admit(p)?;
+        if let Err(open) = breakers.admit(p) {
+            // Opened by this request's own retries: its client is better
+            // served by the upstream's real error than by ours.
+            return Err(last.unwrap_or(open));
+        }
         let result = match up.post(p, path, body).await {
             Ok(Reply::Events(events)) => first_event(events).await,
             other => other,
@@ -229,6 +234,7 @@ pub async fn post(
         attempt += 1;
         crate::metrics::retry(&p.name, reason);
         tracing::warn!(provider = %p.name, attempt, wait_ms = wait.as_millis() as u64, error = %e, "retrying upstream");
+        last = Some(e);
         tokio::time::sleep(wait).await;
     }
 }
