@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::config::{Config, ProviderConfig};
 use crate::fixture::Replay;
 use crate::provider::{Profile, load_profiles};
-use crate::server::{AppState, app};
+use crate::server::AppState;
 use crate::toolcall::{FormatSet, ToolIndex, extract};
 
 #[derive(Parser)]
@@ -42,6 +42,9 @@ pub enum Command {
         /// (API keys and auth headers redacted), for `modelshim replay`.
         #[arg(long, value_name = "DIR")]
         record: Option<PathBuf>,
+        /// Serve without proxy keys on a non-loopback address.
+        #[arg(long)]
+        allow_unauthenticated: bool,
     },
     /// Serve recorded fixtures as an OpenAI-compatible upstream.
     Replay {
@@ -77,7 +80,9 @@ pub enum Command {
 
 pub async fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Serve { config, listen, json_logs, record } => serve(config, listen, json_logs, record).await,
+        Command::Serve { config, listen, json_logs, record, allow_unauthenticated } => {
+            serve(config, listen, json_logs, record, allow_unauthenticated).await
+        }
         Command::Replay { dir, listen, speed } => replay(dir, listen, speed).await,
         Command::Extract { format, tools, file } => extract_cmd(&format, tools, file),
         Command::Check { config } => check(config).await,
@@ -119,14 +124,15 @@ fn default_providers(config: &mut Config, profiles: &std::collections::BTreeMap<
     }
 }
 
-async fn serve(flag: Option<PathBuf>, listen: Option<String>, json_logs: bool, record: Option<PathBuf>) -> Result<()> {
+async fn serve(
+    flag: Option<PathBuf>,
+    listen: Option<String>,
+    json_logs: bool,
+    record: Option<PathBuf>,
+    allow_open: bool,
+) -> Result<()> {
     init_logs(json_logs);
     let (mut config, profiles) = load(flag)?;
-    if config.auth.is_some() {
-        bail!(
-            "[auth] is not supported by this version; refusing to start rather than serve without the keys you configured"
-        );
-    }
     for s in config.inactive_sections() {
         tracing::warn!("config section [{s}] is not active in this version and is ignored");
     }
@@ -149,16 +155,13 @@ async fn serve(flag: Option<PathBuf>, listen: Option<String>, json_logs: bool, r
     let addr = listen.or(config.listen.clone()).unwrap_or_else(|| "127.0.0.1:8787".into());
     let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
+    if let Err(why) = crate::server::auth::check_bind(&local, state.edge.auth.enabled(), allow_open) {
+        bail!(why);
+    }
     let names: Vec<String> = state.providers.iter().map(|p| p.name.clone()).collect();
-    tracing::info!(providers = %names.join(","), "modelshim listening on http://{local}/v1");
-    let shutdown_state = state.clone();
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(async move {
-            shutdown_signal().await;
-            shutdown_state.set_ready(false);
-            tracing::info!("shutting down: finishing in-flight requests");
-        })
-        .await?;
+    tracing::info!(providers = %names.join(","), auth = state.edge.auth.enabled(), state = state.store.kind(), "modelshim listening on http://{local}/v1");
+    let grace = std::time::Duration::from_secs_f64(config.limits.shutdown_grace_secs.max(0.0));
+    crate::server::shutdown::serve(listener, state, shutdown_signal(), grace).await?;
     Ok(())
 }
 

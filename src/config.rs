@@ -18,9 +18,10 @@ pub struct Config {
     /// Providers by name; the name is the model prefix (`deepseek/…`).
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderConfig>,
-    /// Model aliases: `"gpt-4o" = "deepseek/deepseek-chat"`.
+    /// Model aliases: `"gpt-4o" = "deepseek/deepseek-chat"`, or a fallback
+    /// chain `"smart" = ["deepseek/deepseek-chat", "dashscope/qwen-plus"]`.
     #[serde(default)]
-    pub models: BTreeMap<String, String>,
+    pub models: BTreeMap<String, ModelAlias>,
     /// Provider used for models with no `provider/` prefix and no alias.
     #[serde(default)]
     pub default_provider: Option<String>,
@@ -40,10 +41,44 @@ pub struct Config {
     /// Server-side tools and the agent loop.
     #[serde(default)]
     pub tools: Option<crate::tools::ToolsConfig>,
+    /// Proxy keys (none: open, loopback only unless told otherwise).
     #[serde(default)]
-    pub auth: Option<toml::Value>,
+    pub auth: Option<crate::server::auth::AuthConfig>,
+    /// Request size and concurrency limits, shutdown grace.
+    #[serde(default)]
+    pub limits: crate::server::limits::LimitsConfig,
     #[serde(default)]
     pub state: crate::state::StateConfig,
+}
+
+/// A `[models]` entry: one target, or targets tried in order when the
+/// previous one fails before answering.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum ModelAlias {
+    One(String),
+    Chain(Vec<String>),
+}
+
+impl ModelAlias {
+    pub fn targets(&self) -> Vec<String> {
+        match self {
+            ModelAlias::One(t) => vec![t.clone()],
+            ModelAlias::Chain(v) => v.clone(),
+        }
+    }
+}
+
+impl From<&str> for ModelAlias {
+    fn from(s: &str) -> Self {
+        ModelAlias::One(s.to_string())
+    }
+}
+
+impl From<String> for ModelAlias {
+    fn from(s: String) -> Self {
+        ModelAlias::One(s)
+    }
 }
 
 /// One `[providers.NAME]` table.
@@ -67,12 +102,15 @@ pub struct ProviderConfig {
     /// Models to list on `/v1/models` (overrides the profile's).
     #[serde(default)]
     pub models: Option<Vec<String>>,
+    /// Fields of `[upstream]` to override for this provider.
     #[serde(default)]
-    pub upstream: Option<UpstreamConfig>,
+    pub upstream: Option<toml::Table>,
 }
 
-/// Upstream timeouts.
-#[derive(Debug, Clone, Deserialize)]
+/// Upstream timeouts, retries and circuit breaker. A provider's
+/// `[providers.X.upstream]` table overrides the global `[upstream]` field by
+/// field.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
     #[serde(default = "d_connect")]
@@ -83,10 +121,55 @@ pub struct UpstreamConfig {
     /// Longest silence inside a stream before it is ended with an error.
     #[serde(default = "d_idle")]
     pub idle_timeout_secs: f64,
-    /// Accepted for forward compatibility; retries arrive with the
-    /// production work.
+    /// Retries of a failed attempt (429, 5xx, connection errors) before
+    /// anything was sent to the client.
     #[serde(default)]
     pub retries: Option<u32>,
+    /// Base of the jittered exponential backoff between retries.
+    #[serde(default = "d_backoff")]
+    pub retry_backoff_ms: u64,
+    /// The longest wait before a retry, `Retry-After` included: an upstream
+    /// asking for longer is not retried (the next provider of a chain is).
+    #[serde(default = "d_max_wait")]
+    pub retry_max_wait_secs: f64,
+    /// Consecutive failures that open the circuit breaker (0 = never).
+    #[serde(default = "d_breaker")]
+    pub breaker_failures: u32,
+    /// How long an open breaker refuses calls before one probe is let through.
+    #[serde(default = "d_breaker_open")]
+    pub breaker_open_secs: f64,
+}
+
+fn d_backoff() -> u64 {
+    250
+}
+fn d_max_wait() -> f64 {
+    10.0
+}
+fn d_breaker() -> u32 {
+    5
+}
+fn d_breaker_open() -> f64 {
+    30.0
+}
+
+/// Default retries when `retries` is not set.
+pub const DEFAULT_RETRIES: u32 = 2;
+
+impl UpstreamConfig {
+    pub fn retries(&self) -> u32 {
+        self.retries.unwrap_or(DEFAULT_RETRIES)
+    }
+
+    /// This table with the fields set in `over` (a provider's own table)
+    /// replaced.
+    pub fn merged(&self, over: &toml::Table) -> Result<UpstreamConfig, String> {
+        let mut base = toml::Table::try_from(self).map_err(|e| e.to_string())?;
+        for (k, v) in over {
+            base.insert(k.clone(), v.clone());
+        }
+        base.try_into().map_err(|e: toml::de::Error| e.to_string())
+    }
 }
 
 fn d_connect() -> f64 {
@@ -106,6 +189,10 @@ impl Default for UpstreamConfig {
             first_byte_timeout_secs: d_first_byte(),
             idle_timeout_secs: d_idle(),
             retries: None,
+            retry_backoff_ms: d_backoff(),
+            retry_max_wait_secs: d_max_wait(),
+            breaker_failures: d_breaker(),
+            breaker_open_secs: d_breaker_open(),
         }
     }
 }
@@ -148,11 +235,7 @@ impl Config {
     /// Notes on sections that are accepted but not active in this version.
     pub fn inactive_sections(&self) -> Vec<&'static str> {
         let mut v = Vec::new();
-        let sections = [
-            (self.skills.is_some(), "skills"),
-            (self.auth.is_some(), "auth"),
-            (self.state.redis_url.is_some(), "state.redis_url"),
-        ];
+        let sections = [(self.skills.is_some(), "skills")];
         v.extend(sections.iter().filter(|(on, _)| *on).map(|(_, n)| *n));
         v
     }

@@ -20,6 +20,9 @@ pub struct ErrorObject {
     /// Whatever else the upstream said (kept, never dropped).
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+    /// The upstream's `Retry-After` (or ours), sent on as a header.
+    #[serde(skip)]
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl ErrorObject {
@@ -80,6 +83,12 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, obj) = self.to_openai();
-        (status, axum::Json(obj.to_body())).into_response()
+        let mut r = (status, axum::Json(obj.to_body())).into_response();
+        if let Some(ra) = obj.retry_after
+            && let Ok(v) = axum::http::HeaderValue::from_str(&ra.as_secs_f64().ceil().max(1.0).to_string())
+        {
+            r.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
+        }
+        r
     }
 }

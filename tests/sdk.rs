@@ -260,6 +260,10 @@ async fn start() -> (MockServer, Proxy) {
     let upstream = scenarios().await;
     let uri = format!("{}/v1", upstream.uri());
     let p = proxy_with("", &upstream.uri(), |c| {
+        // The upstream fails on purpose, over and over: a breaker or proxy
+        // retries would hide the very errors under test.
+        c.upstream.breaker_failures = 0;
+        c.upstream.retries = Some(0);
         for (name, mode) in [("t", ToolMode::Text), ("p", ToolMode::Prompt)] {
             c.providers.insert(
                 name.into(),

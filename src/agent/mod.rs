@@ -552,7 +552,8 @@ async fn upstream_chunks(
     req: &ChatRequest,
     settings: Settings,
 ) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, UpstreamError> {
-    let reply = s.upstream.post(provider, "chat/completions", req).await?;
+    // Retries and the circuit breaker apply to every iteration of the loop.
+    let reply = crate::provider::resilience::post(&s.upstream, &s.breakers, provider, "chat/completions", req).await?;
     let mut norm = Normalizer::new(settings);
     match reply {
         Reply::Json(v) => {

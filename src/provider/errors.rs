@@ -67,7 +67,7 @@ pub fn map_error(profile: &Profile, status: u16, body: &[u8]) -> UpstreamError {
     }
     UpstreamError::Status {
         status: status.as_u16(),
-        error: Box::new(ErrorObject { message, kind, param, code: code.or(default_code), extra }),
+        error: Box::new(ErrorObject { message, kind, param, code: code.or(default_code), extra, retry_after: None }),
     }
 }
 

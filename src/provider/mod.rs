@@ -6,6 +6,7 @@ mod profile;
 pub mod prompt_tools;
 pub mod record;
 pub mod request;
+pub mod resilience;
 pub mod tools;
 pub mod upstream;
 
@@ -135,7 +136,8 @@ pub struct Route {
 #[derive(Debug, Default)]
 pub struct Providers {
     by_name: BTreeMap<String, Arc<Provider>>,
-    aliases: BTreeMap<String, String>,
+    /// Alias → targets, tried in order (fallback chain).
+    aliases: BTreeMap<String, Vec<String>>,
     default: Option<String>,
 }
 
@@ -202,7 +204,13 @@ impl Providers {
                 api_key,
                 mode: pc.tool_calls.or(profile.tools.mode).unwrap_or_default(),
                 models: pc.models.clone().unwrap_or_else(|| profile.models.clone()),
-                upstream: pc.upstream.clone().unwrap_or_else(|| config.upstream.clone()),
+                upstream: match &pc.upstream {
+                    Some(over) => config
+                        .upstream
+                        .merged(over)
+                        .map_err(|e| ConfigError::Invalid(format!("provider {name}: [upstream]: {e}")))?,
+                    None => config.upstream.clone(),
+                },
                 formats,
                 all_formats,
                 prompt_models,
@@ -216,7 +224,12 @@ impl Providers {
         {
             return Err(ConfigError::Invalid(format!("default_provider {d:?} is not a configured provider")));
         }
-        Ok(Providers { by_name, aliases: config.models.clone(), default: config.default_provider.clone() })
+        let aliases: BTreeMap<String, Vec<String>> =
+            config.models.iter().map(|(a, t)| (a.clone(), t.targets())).collect();
+        if let Some((a, _)) = aliases.iter().find(|(_, t)| t.is_empty()) {
+            return Err(ConfigError::Invalid(format!("[models] {a:?} names no target")));
+        }
+        Ok(Providers { by_name, aliases, default: config.default_provider.clone() })
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Provider>> {
@@ -227,14 +240,26 @@ impl Providers {
         self.by_name.get(name)
     }
 
-    pub fn aliases(&self) -> &BTreeMap<String, String> {
+    pub fn aliases(&self) -> &BTreeMap<String, Vec<String>> {
         &self.aliases
     }
 
     /// Routes a client model name: an alias, `provider/model`, or the default
-    /// provider.
+    /// provider. For a fallback chain, its first target.
     pub fn route(&self, model: &str) -> Option<Route> {
-        let target = self.aliases.get(model).map_or(model, String::as_str);
+        self.routes(model).into_iter().next()
+    }
+
+    /// Every route of a model name in fallback order (one unless it is an
+    /// alias with a chain); targets naming no provider are skipped.
+    pub fn routes(&self, model: &str) -> Vec<Route> {
+        match self.aliases.get(model) {
+            Some(targets) => targets.iter().filter_map(|t| self.route_target(t)).collect(),
+            None => self.route_target(model).into_iter().collect(),
+        }
+    }
+
+    fn route_target(&self, target: &str) -> Option<Route> {
         if let Some((prefix, rest)) = target.split_once('/')
             && let Some(p) = self.by_name.get(prefix)
         {

@@ -77,8 +77,9 @@ impl Upstream {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if status >= 400 {
+            let retry_after = super::resilience::retry_after(resp.headers());
             let bytes = read(resp, rec).await?;
-            return Err(map_error(&p.profile, status, &bytes));
+            return Err(super::resilience::with_retry_after(map_error(&p.profile, status, &bytes), retry_after));
         }
         let idle = Duration::from_secs_f64(p.upstream.idle_timeout_secs);
         if is_sse {

@@ -20,7 +20,7 @@ use super::Shared;
 use crate::error::{ApiError, ErrorObject};
 use crate::openai::{ChatRequest, Chunk, Completion};
 use crate::provider::upstream::{Events, Reply};
-use crate::provider::{Route, UpstreamError, request};
+use crate::provider::{Route, UpstreamError};
 use crate::stream::{Assembler, Normalizer, completion_to_chunk, normalize::Settings};
 use crate::toolcall::ToolIndex;
 
@@ -36,20 +36,21 @@ pub(super) fn route_for(s: &Shared, model: &str) -> Result<Route, ApiError> {
 }
 
 pub async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
-    let mut req = parse(&body)?;
-    let route = route_for(&s, &req.model)?;
+    let req = parse(&body)?;
     if let Some(tools) = s.tools.clone() {
+        let route = route_for(&s, &req.model)?;
         return crate::agent::run(s, tools, route, req, &headers).await;
     }
-    let provider = route.provider.clone();
     let client_stream = req.is_stream();
     let client_tools = req.tools.clone().unwrap_or_default();
     let declares_tools = req.declares_tools();
     let want_usage = client_stream && req.wants_usage();
     let single_call = req.extra.get("parallel_tool_calls") == Some(&Value::Bool(false));
-    // Before the rewrites: prompt mode turns tool-call turns into text.
-    crate::reasoning::prepare_history(&mut req, &provider.profile, &route.model, s.store.as_ref()).await;
-    let plan = request::normalize(&mut req, &provider.profile, &route.model, provider.prompt_for(&route.model));
+    // Retries, circuit breakers and fallback along an alias chain; the route
+    // that answered (and how its request was rewritten) decides how its
+    // answer is normalized.
+    let (route, plan, reply) = super::dispatch::send(&s, &req).await?;
+    let provider = route.provider.clone();
     let tools = if plan.tools_offered { tool_index(&client_tools, &plan.names_back) } else { ToolIndex::default() };
     let settings = Settings {
         formats: provider.formats_for(&route.model, declares_tools, plan.prompt),
@@ -60,7 +61,6 @@ pub async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Byte
         names_back: plan.names_back,
         single_call,
     };
-    let reply = s.upstream.post(&provider, "chat/completions", &req).await?;
     let mut norm = Normalizer::new(settings);
     match reply {
         Reply::Json(v) => {

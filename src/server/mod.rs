@@ -1,9 +1,14 @@
 //! The HTTP surface: `app(state)` builds the router, so tests drive exactly
 //! what `modelshim serve` runs.
 
+pub mod auth;
 pub(crate) mod chat;
+mod dispatch;
+pub mod edge;
+pub mod limits;
 mod models;
 mod passthrough;
+pub mod shutdown;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,13 +16,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 
 use crate::config::{Config, ConfigError};
 use crate::provider::record::Recorder;
+use crate::provider::resilience::Breakers;
 use crate::provider::upstream::Upstream;
 use crate::provider::{Profile, Providers};
 use crate::state::{MemoryStore, StateStore};
@@ -32,6 +38,10 @@ pub struct AppState {
     pub state_ttl: Duration,
     /// Server-side tools; `None` keeps every request on the plain path.
     pub tools: Option<Arc<crate::tools::Registry>>,
+    /// Auth, limits and shutdown handles of the edge middleware.
+    pub edge: edge::Edge,
+    /// One circuit breaker per provider.
+    pub breakers: Breakers,
     ready: AtomicBool,
 }
 
@@ -61,7 +71,13 @@ impl AppState {
                 .map_err(|e| ConfigError::Invalid(e.to_string()))?;
             upstream = upstream.with_recorder(recorder);
         }
-        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new(config.state.max_entries));
+        let store: Arc<dyn StateStore> = match &config.state.redis_url {
+            Some(url) => Arc::new(crate::state::RedisStore::new(url).map_err(|e| ConfigError::Invalid(e.to_string()))?),
+            None => Arc::new(MemoryStore::new(config.state.max_entries)),
+        };
+        let auth = auth::Auth::new(config.auth.as_ref(), config.limits.max_concurrent_per_key)
+            .map_err(ConfigError::Invalid)?;
+        crate::metrics::init();
         let tools = crate::tools::Registry::new(config.tools.as_ref(), config.mcp.as_ref())
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         Ok(Arc::new(AppState {
@@ -70,6 +86,8 @@ impl AppState {
             store,
             state_ttl: config.state.ttl(),
             tools,
+            edge: edge::Edge::new(auth, config.limits.clone()),
+            breakers: Breakers::default(),
             ready: AtomicBool::new(true),
         }))
     }
@@ -80,16 +98,27 @@ impl AppState {
     }
 }
 
-/// The router.
+/// The router, behind the edge middleware (auth, limits, request id,
+/// metrics; see [`edge`]).
 pub fn app(state: Shared) -> Router {
+    // The edge reads the body within its own limit and answers 413 in
+    // OpenAI's shape; the extractor's limit is raised to match.
+    let body_limit = DefaultBodyLimit::max(state.edge.limits.max_body_bytes);
     Router::new()
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/models", get(models::list))
         .route("/v1/embeddings", post(passthrough::embeddings))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(state.clone(), edge::guard))
+        .layer(body_limit)
         .with_state(state)
+}
+
+async fn metrics() -> impl IntoResponse {
+    ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::metrics::render())
 }
 
 async fn readyz(State(s): State<Shared>) -> impl IntoResponse {

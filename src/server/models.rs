@@ -14,7 +14,12 @@ pub async fn list(State(s): State<Shared>) -> Json<Value> {
             data.push(json!({"id": format!("{}/{m}", p.name), "object": "model", "created": 0, "owned_by": p.name}));
         }
     }
-    for (alias, target) in s.providers.aliases() {
+    for (alias, targets) in s.providers.aliases() {
+        // A single target stays a string; a fallback chain is listed whole.
+        let target = match targets.as_slice() {
+            [one] => json!(one),
+            many => json!(many),
+        };
         data.push(json!({"id": alias, "object": "model", "created": 0, "owned_by": "modelshim", "target": target}));
     }
     Json(json!({"object": "list", "data": data}))

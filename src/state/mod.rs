@@ -8,12 +8,14 @@
 //! replicas can continue each other's conversations.
 
 mod memory;
+mod redis;
 
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 
+pub use self::redis::RedisStore;
 pub use memory::MemoryStore;
 
 /// Errors of a state backend. Callers log them and go on without the state

@@ -226,6 +226,7 @@ impl Normalizer {
                     st.call_ids.push(id.clone());
                     pending.push(tool_delta(index, Some(id.clone()), Some(call.name.clone()), Some(String::new())));
                     pending.push(tool_delta(index, None, None, Some(call.arguments.clone())));
+                    crate::metrics::recovered(std::slice::from_ref(&call));
                     self.recovered.push(call);
                 }
             }

@@ -1,0 +1,147 @@
+//! Prometheus metrics: one process-wide recorder (the `metrics` facade with
+//! `metrics-exporter-prometheus`), rendered by `GET /metrics`. Every metric
+//! name lives here so the exposition stays one documented list; other
+//! modules call the small functions below.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// Requests by provider, model and HTTP status.
+pub const REQUESTS: &str = "modelshim_requests_total";
+/// Whole request duration (to the end of the stream).
+pub const DURATION: &str = "modelshim_request_duration_seconds";
+/// Time from the request to the upstream's first stream event or answer.
+pub const TTFT: &str = "modelshim_time_to_first_token_seconds";
+/// Tokens reported by upstream usage, by kind (prompt/completion).
+pub const TOKENS: &str = "modelshim_tokens_total";
+/// Tool calls recovered from text, by format.
+pub const TOOL_CALLS_RECOVERED: &str = "modelshim_tool_calls_recovered_total";
+/// Upstream retries by provider and reason.
+pub const RETRIES: &str = "modelshim_upstream_retries_total";
+/// Fallbacks from one provider of a chain to the next.
+pub const FALLBACKS: &str = "modelshim_upstream_fallbacks_total";
+/// Circuit breaker state by provider: 0 closed, 1 half-open, 2 open.
+pub const CIRCUIT: &str = "modelshim_circuit_state";
+/// Requests refused by the proxy itself (auth, limits, rate), by reason.
+pub const REFUSED: &str = "modelshim_refused_total";
+/// Requests being served now.
+pub const IN_FLIGHT: &str = "modelshim_in_flight_requests";
+/// Agent-loop iterations (incremented by the server-side tool loop).
+pub const LOOP_ITERATIONS: &str = "modelshim_agent_loop_iterations_total";
+/// State backend errors by backend and operation.
+pub const STATE_ERRORS: &str = "modelshim_state_errors_total";
+/// 1 while the state backend answers, 0 while it is down (degraded).
+pub const STATE_UP: &str = "modelshim_state_backend_up";
+
+static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+
+/// Installs the recorder once per process (tests start many servers) and
+/// returns the handle that renders the exposition; `None` when another
+/// recorder was installed first (metrics then go there).
+pub fn init() -> Option<PrometheusHandle> {
+    HANDLE
+        .get_or_init(|| {
+            let builder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Suffix("_seconds".into()),
+                    &[0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0],
+                )
+                .ok()?;
+            let handle = builder.install_recorder().ok()?;
+            describe();
+            // Histogram samples are buffered until drained; without a scrape
+            // they would pile up, so drain them on a timer.
+            let h = handle.clone();
+            let _ = std::thread::Builder::new().name("metrics-upkeep".into()).spawn(move || {
+                loop {
+                    std::thread::sleep(std::time::Duration::from_secs(5));
+                    h.run_upkeep();
+                }
+            });
+            Some(handle)
+        })
+        .clone()
+}
+
+fn describe() {
+    describe_counter!(REQUESTS, "Chat requests by provider, model and HTTP status");
+    describe_histogram!(DURATION, metrics::Unit::Seconds, "Request duration, to the end of the stream");
+    describe_histogram!(TTFT, metrics::Unit::Seconds, "Time to the upstream's first event");
+    describe_counter!(TOKENS, "Tokens reported by upstream usage");
+    describe_counter!(TOOL_CALLS_RECOVERED, "Tool calls recovered from text, by format");
+    describe_counter!(RETRIES, "Upstream retries by provider and reason");
+    describe_counter!(FALLBACKS, "Fallbacks to the next provider of a chain");
+    describe_gauge!(CIRCUIT, "Circuit breaker state: 0 closed, 1 half-open, 2 open");
+    describe_counter!(REFUSED, "Requests refused by the proxy, by reason");
+    describe_gauge!(IN_FLIGHT, "Requests being served");
+    describe_counter!(LOOP_ITERATIONS, "Agent-loop iterations");
+    describe_counter!(STATE_ERRORS, "State backend errors");
+    describe_gauge!(STATE_UP, "1 while the state backend answers");
+    // Registered up front so dashboards see them before the first event.
+    counter!(LOOP_ITERATIONS).increment(0);
+    gauge!(IN_FLIGHT).set(0.0);
+}
+
+/// The Prometheus text exposition.
+pub fn render() -> String {
+    init().map(|h| h.render()).unwrap_or_default()
+}
+
+/// One finished request.
+pub fn request_done(provider: &str, model: &str, status: u16, elapsed: Duration) {
+    let (p, m) = (provider.to_string(), model.to_string());
+    counter!(REQUESTS, "provider" => p.clone(), "model" => m.clone(), "status" => status.to_string()).increment(1);
+    histogram!(DURATION, "provider" => p, "model" => m).record(elapsed.as_secs_f64());
+}
+
+pub fn first_token(provider: &str, model: &str, elapsed: Duration) {
+    histogram!(TTFT, "provider" => provider.to_string(), "model" => model.to_string()).record(elapsed.as_secs_f64());
+}
+
+/// Token counts from an upstream `usage` object.
+pub fn usage(provider: &str, model: &str, usage: &serde_json::Value) {
+    for (field, kind) in [("prompt_tokens", "prompt"), ("completion_tokens", "completion")] {
+        if let Some(n) = usage.get(field).and_then(serde_json::Value::as_u64) {
+            counter!(TOKENS, "provider" => provider.to_string(), "model" => model.to_string(), "kind" => kind)
+                .increment(n);
+        }
+    }
+}
+
+/// Calls recovered from text by one response.
+pub fn recovered(calls: &[crate::toolcall::Call]) {
+    for c in calls {
+        counter!(TOOL_CALLS_RECOVERED, "format" => c.format).increment(1);
+    }
+}
+
+pub fn retry(provider: &str, reason: &'static str) {
+    counter!(RETRIES, "provider" => provider.to_string(), "reason" => reason).increment(1);
+}
+
+pub fn fallback(from: &str, to: &str) {
+    counter!(FALLBACKS, "from" => from.to_string(), "to" => to.to_string()).increment(1);
+}
+
+pub fn circuit(provider: &str, state: u8) {
+    gauge!(CIRCUIT, "provider" => provider.to_string()).set(f64::from(state));
+}
+
+pub fn refused(reason: &'static str) {
+    counter!(REFUSED, "reason" => reason).increment(1);
+}
+
+pub fn in_flight(delta: f64) {
+    gauge!(IN_FLIGHT).increment(delta);
+}
+
+pub fn state_error(backend: &'static str, op: &'static str) {
+    counter!(STATE_ERRORS, "backend" => backend, "op" => op).increment(1);
+}
+
+pub fn state_up(backend: &'static str, up: bool) {
+    gauge!(STATE_UP, "backend" => backend).set(if up { 1.0 } else { 0.0 });
+}

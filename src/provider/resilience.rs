@@ -1,0 +1,290 @@
+//! Upstream resilience around [`Upstream::post`]: retries with jittered
+//! exponential backoff (honouring `Retry-After`) on 429, 5xx and connection
+//! errors, and a circuit breaker per provider. Everything here happens
+//! before the first byte goes to the client: a stream is handed on only once
+//! its first event arrived, so a connection dropped before that is retried
+//! too. Fallback along an alias chain is one level up (`server/dispatch.rs`).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+
+use super::upstream::{Reply, Upstream};
+use super::{Provider, UpstreamError};
+use crate::config::UpstreamConfig;
+use crate::error::ErrorObject;
+
+/// Breaker states, as the `modelshim_circuit_state` gauge shows them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum State {
+    Closed,
+    /// Refusing calls until the instant.
+    Open(Instant),
+    /// One probe is in flight since the instant.
+    HalfOpen(Instant),
+}
+
+#[derive(Debug)]
+struct Breaker {
+    failures: u32,
+    state: State,
+}
+
+/// One circuit breaker per provider.
+#[derive(Debug, Default)]
+pub struct Breakers {
+    by_provider: Mutex<HashMap<String, Breaker>>,
+}
+
+impl Breakers {
+    /// Lets a call through, or says the circuit is open. After the open
+    /// period one probe is let through; a probe that never reports (client
+    /// gone) frees the slot after another open period.
+    pub fn admit(&self, p: &Provider) -> Result<(), UpstreamError> {
+        let cfg = &p.upstream;
+        if cfg.breaker_failures == 0 {
+            return Ok(());
+        }
+        let open_for = Duration::from_secs_f64(cfg.breaker_open_secs);
+        let Ok(mut map) = self.by_provider.lock() else { return Ok(()) };
+        let b = map.entry(p.name.clone()).or_insert(Breaker { failures: 0, state: State::Closed });
+        let now = Instant::now();
+        let retry_in = match b.state {
+            State::Closed => return Ok(()),
+            State::Open(until) if now >= until => None,
+            State::Open(until) => Some(until - now),
+            State::HalfOpen(since) if now >= since + open_for => None,
+            State::HalfOpen(since) => Some(since + open_for - now),
+        };
+        match retry_in {
+            None => {
+                b.state = State::HalfOpen(now);
+                crate::metrics::circuit(&p.name, 1);
+                tracing::info!(provider = %p.name, "circuit half-open: probing");
+                Ok(())
+            }
+            Some(wait) => Err(circuit_open(&p.name, wait)),
+        }
+    }
+
+    /// Records the outcome of a call that was let through.
+    pub fn record(&self, p: &Provider, outcome: Outcome) {
+        let cfg = &p.upstream;
+        if cfg.breaker_failures == 0 || outcome == Outcome::Neutral {
+            return;
+        }
+        let Ok(mut map) = self.by_provider.lock() else { return };
+        let b = map.entry(p.name.clone()).or_insert(Breaker { failures: 0, state: State::Closed });
+        match outcome {
+            Outcome::Success => {
+                if b.state != State::Closed {
+                    tracing::info!(provider = %p.name, "circuit closed");
+                }
+                b.failures = 0;
+                b.state = State::Closed;
+                crate::metrics::circuit(&p.name, 0);
+            }
+            Outcome::Failure => {
+                b.failures = b.failures.saturating_add(1);
+                let trip = matches!(b.state, State::HalfOpen(_))
+                    || (b.state == State::Closed && b.failures >= cfg.breaker_failures);
+                if trip {
+                    b.state = State::Open(Instant::now() + Duration::from_secs_f64(cfg.breaker_open_secs));
+                    crate::metrics::circuit(&p.name, 2);
+                    tracing::warn!(provider = %p.name, failures = b.failures, "circuit open");
+                }
+            }
+            Outcome::Neutral => {}
+        }
+    }
+}
+
+/// `Retry-After` (seconds; HTTP dates are rare from APIs and ignored) or
+/// the `retry-after-ms` some vendors send.
+pub fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let get = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<f64>().ok());
+    let d = match get("retry-after-ms") {
+        Some(ms) => ms / 1000.0,
+        None => get("retry-after")?,
+    };
+    (d.is_finite() && d >= 0.0).then(|| Duration::from_secs_f64(d.min(86_400.0)))
+}
+
+pub fn with_retry_after(mut e: UpstreamError, ra: Option<Duration>) -> UpstreamError {
+    if let UpstreamError::Status { error, .. } = &mut e {
+        error.retry_after = ra;
+    }
+    e
+}
+
+/// What a call says about the upstream's health.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Outcome {
+    Success,
+    Failure,
+    /// Says nothing (a 429 is the upstream protecting itself).
+    Neutral,
+}
+
+impl Outcome {
+    pub fn of(e: &UpstreamError) -> Outcome {
+        match e {
+            UpstreamError::Connect(_) | UpstreamError::Timeout(_) | UpstreamError::Protocol(_) => Outcome::Failure,
+            UpstreamError::Status { status, .. } if *status >= 500 => {
+                // Our own circuit-open refusal is not news about the upstream.
+                if is_circuit_open(e) { Outcome::Neutral } else { Outcome::Failure }
+            }
+            UpstreamError::Status { status: 429, .. } => Outcome::Neutral,
+            // Any other 4xx: the upstream is up and judged the request.
+            UpstreamError::Status { .. } => Outcome::Success,
+        }
+    }
+}
+
+fn circuit_open(provider: &str, wait: Duration) -> UpstreamError {
+    let mut e = ErrorObject::new(
+        "api_error",
+        format!("Upstream {provider} is failing; its circuit breaker is open for {}s more.", wait.as_secs().max(1)),
+    )
+    .with_code("circuit_open");
+    e.retry_after = Some(wait);
+    UpstreamError::Status { status: 503, error: Box::new(e) }
+}
+
+pub fn is_circuit_open(e: &UpstreamError) -> bool {
+    matches!(e, UpstreamError::Status { error, .. } if error.code.as_deref() == Some("circuit_open"))
+}
+
+/// Why an error is worth another attempt on the same upstream, if it is.
+fn retry_reason(e: &UpstreamError) -> Option<&'static str> {
+    match e {
+        UpstreamError::Connect(_) => Some("connect"),
+        UpstreamError::Status { .. } if is_circuit_open(e) => None,
+        UpstreamError::Status { status: 429, .. } => Some("429"),
+        UpstreamError::Status { status: 500 | 502 | 503 | 504 | 529, .. } => Some("5xx"),
+        // A timeout already cost the whole timeout; the next provider of a
+        // chain is a better bet than waiting again.
+        _ => None,
+    }
+}
+
+/// Whether the next provider of a fallback chain should be tried after `e`.
+pub fn falls_back(e: &UpstreamError) -> bool {
+    match e {
+        UpstreamError::Connect(_) | UpstreamError::Timeout(_) | UpstreamError::Protocol(_) => true,
+        // 401/403: this provider's key is wrong or out of credit; the
+        // request itself may be fine elsewhere. 400/404/422 are the request's.
+        UpstreamError::Status { status, .. } => matches!(status, 401 | 402 | 403 | 408 | 429) || *status >= 500,
+    }
+}
+
+/// The wait before retry `attempt` (0-based): the upstream's `Retry-After`
+/// when it gave one, else exponential backoff with equal jitter. `None` when
+/// the upstream asks for longer than `retry_max_wait_secs`.
+fn backoff(e: &UpstreamError, attempt: u32, cfg: &UpstreamConfig) -> Option<Duration> {
+    let max = Duration::from_secs_f64(cfg.retry_max_wait_secs.max(0.0));
+    if let UpstreamError::Status { error, .. } = e
+        && let Some(ra) = error.retry_after
+    {
+        return (ra <= max).then_some(ra);
+    }
+    let exp = Duration::from_millis(cfg.retry_backoff_ms.saturating_mul(1u64 << attempt.min(16))).min(max);
+    // Half fixed, half random: spread out, never near zero.
+    let half = exp / 2;
+    Some(half + half.mul_f64(fastrand::f64()))
+}
+
+/// POSTs through the breaker with retries. A streamed reply is returned
+/// once its first event arrived (or the stream ended cleanly).
+pub async fn post(
+    up: &Upstream,
+    breakers: &Breakers,
+    p: &Provider,
+    path: &str,
+    body: &(impl serde::Serialize + Sync),
+) -> Result<Reply, UpstreamError> {
+    let retries = p.upstream.retries();
+    let mut attempt = 0;
+    let mut last: Option<UpstreamError> = None;
+    loop {
+        if let Err(open) = breakers.admit(p) {
+            // Opened by this request's own retries: its client is better
+            // served by the upstream's real error than by ours.
+            return Err(last.unwrap_or(open));
+        }
+        let result = match up.post(p, path, body).await {
+            Ok(Reply::Events(events)) => first_event(events).await,
+            other => other,
+        };
+        let e = match result {
+            Ok(reply) => {
+                breakers.record(p, Outcome::Success);
+                return Ok(reply);
+            }
+            Err(e) => e,
+        };
+        breakers.record(p, Outcome::of(&e));
+        let Some(reason) = retry_reason(&e) else { return Err(e) };
+        if attempt >= retries {
+            return Err(e);
+        }
+        let Some(wait) = backoff(&e, attempt, &p.upstream) else { return Err(e) };
+        attempt += 1;
+        crate::metrics::retry(&p.name, reason);
+        tracing::warn!(provider = %p.name, attempt, wait_ms = wait.as_millis() as u64, error = %e, "retrying upstream");
+        last = Some(e);
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// Waits for a stream's first event: an error before it is an error of the
+/// call (retryable); after it, errors are the stream's.
+async fn first_event(mut events: super::upstream::Events) -> Result<Reply, UpstreamError> {
+    match events.next().await {
+        Some(Err(e)) => Err(e),
+        Some(Ok(first)) => {
+            Ok(Reply::Events(Box::pin(futures_util::stream::once(async move { Ok(first) }).chain(events))))
+        }
+        None => Ok(Reply::Events(Box::pin(futures_util::stream::empty()))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(s: u16) -> UpstreamError {
+        UpstreamError::Status { status: s, error: Box::new(ErrorObject::new("x", "y")) }
+    }
+
+    #[test]
+    fn what_is_retried_and_what_falls_back() {
+        assert_eq!(retry_reason(&status(429)), Some("429"));
+        assert_eq!(retry_reason(&status(503)), Some("5xx"));
+        assert_eq!(retry_reason(&status(400)), None);
+        assert_eq!(retry_reason(&UpstreamError::Connect("x".into())), Some("connect"));
+        assert_eq!(retry_reason(&UpstreamError::Timeout("x".into())), None);
+        assert_eq!(retry_reason(&circuit_open("p", Duration::from_secs(1))), None);
+        assert!(falls_back(&UpstreamError::Timeout("x".into())) && falls_back(&status(401)));
+        assert!(!falls_back(&status(400)) && !falls_back(&status(422)));
+    }
+
+    #[test]
+    fn backoff_grows_with_jitter_and_honours_retry_after() {
+        let cfg = UpstreamConfig { retry_backoff_ms: 100, retry_max_wait_secs: 1.0, ..Default::default() };
+        for attempt in 0..6 {
+            let w = backoff(&status(503), attempt, &cfg).unwrap();
+            let exp = Duration::from_millis(100 << attempt).min(Duration::from_secs(1));
+            assert!(w >= exp / 2 && w <= exp, "{attempt}: {w:?}");
+        }
+        let mut e = ErrorObject::new("x", "y");
+        e.retry_after = Some(Duration::from_millis(700));
+        let ra = UpstreamError::Status { status: 429, error: Box::new(e.clone()) };
+        assert_eq!(backoff(&ra, 0, &cfg), Some(Duration::from_millis(700)));
+        e.retry_after = Some(Duration::from_secs(5));
+        let too_long = UpstreamError::Status { status: 429, error: Box::new(e) };
+        assert_eq!(backoff(&too_long, 0, &cfg), None);
+    }
+}

@@ -1,0 +1,289 @@
+//! Proxy keys (`[auth]`): who may call the proxy, which models each key may
+//! use, and each key's rate and concurrency limits. Keys are compared as
+//! SHA-256 digests in constant time, so neither the content nor the length
+//! of a configured key leaks through timing. Keys are never logged and never
+//! forwarded: the upstream request is built fresh with the provider's key.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+use subtle::{ConditionallySelectable, ConstantTimeEq};
+use tokio::sync::Semaphore;
+
+/// A secret string whose `Debug` never shows it.
+#[derive(Clone, Deserialize, PartialEq)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("\"***\"")
+    }
+}
+
+/// The `[auth]` section.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Keys: plain strings, or tables with per-key settings.
+    #[serde(default)]
+    pub keys: Vec<KeySpec>,
+    /// An environment variable holding more keys, separated by commas or
+    /// whitespace (for Kubernetes Secrets and the like).
+    #[serde(default)]
+    pub keys_env: Option<String>,
+    /// Default requests per minute of each key (none: unlimited).
+    #[serde(default)]
+    pub requests_per_minute: Option<u32>,
+    /// Default concurrent requests of each key (none: `[limits]`'s).
+    #[serde(default)]
+    pub max_concurrent: Option<u32>,
+}
+
+/// One entry of `keys`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum KeySpec {
+    Plain(Secret),
+    Detailed(KeyConfig),
+}
+
+/// A key with its own settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyConfig {
+    pub key: Secret,
+    /// A name for logs and metrics (default: a digest prefix of the key).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Model names or globs this key may use (`deepseek/*`, `smart`); all
+    /// when absent.
+    #[serde(default)]
+    pub models: Option<Vec<String>>,
+    #[serde(default)]
+    pub requests_per_minute: Option<u32>,
+    #[serde(default)]
+    pub max_concurrent: Option<u32>,
+}
+
+/// One configured key, ready for the request path.
+pub struct Key {
+    digest: [u8; 32],
+    /// The name used in logs and metrics; never the key itself.
+    pub name: String,
+    models: Option<globset::GlobSet>,
+    limiter: Option<DefaultDirectRateLimiter>,
+    /// Concurrent requests of this key.
+    pub concurrency: Option<Arc<Semaphore>>,
+}
+
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Key").field("name", &self.name).finish_non_exhaustive()
+    }
+}
+
+/// Why a request is refused.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum AuthError {
+    #[error(
+        "Missing bearer token. You need to provide your proxy key in an Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY)."
+    )]
+    Missing,
+    #[error("Incorrect API key provided.")]
+    Wrong,
+    #[error("This key may not use the model `{0}`.")]
+    ModelDenied(String),
+    #[error("Rate limit reached for this key; retry after {}s.", .0.as_secs().max(1))]
+    RateLimited(Duration),
+}
+
+/// The configured keys (none: the proxy is open).
+#[derive(Debug, Default)]
+pub struct Auth {
+    keys: Vec<Arc<Key>>,
+}
+
+impl Auth {
+    /// Builds the keys from the config and the environment.
+    /// `default_concurrency` is `[limits] max_concurrent_per_key`.
+    pub fn new(cfg: Option<&AuthConfig>, default_concurrency: Option<u32>) -> Result<Self, String> {
+        let Some(cfg) = cfg else { return Ok(Auth::default()) };
+        let mut specs: Vec<KeyConfig> = cfg
+            .keys
+            .iter()
+            .map(|k| match k {
+                KeySpec::Plain(s) => KeyConfig {
+                    key: s.clone(),
+                    name: None,
+                    models: None,
+                    requests_per_minute: None,
+                    max_concurrent: None,
+                },
+                KeySpec::Detailed(c) => c.clone(),
+            })
+            .collect();
+        if let Some(var) = &cfg.keys_env {
+            let v = std::env::var(var).map_err(|_| format!("[auth] keys_env: {var} is not set"))?;
+            for k in v.split(|c: char| c == ',' || c.is_whitespace()).filter(|k| !k.is_empty()) {
+                specs.push(KeyConfig {
+                    key: Secret(k.to_string()),
+                    name: None,
+                    models: None,
+                    requests_per_minute: None,
+                    max_concurrent: None,
+                });
+            }
+        }
+        let mut keys = Vec::new();
+        for s in specs {
+            if s.key.0.len() < 8 {
+                return Err("[auth] keys must be at least 8 characters".into());
+            }
+            let digest: [u8; 32] = Sha256::digest(s.key.0.as_bytes()).into();
+            let name = s.name.clone().unwrap_or_else(|| {
+                let hex: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+                format!("key-{hex}")
+            });
+            let models = match &s.models {
+                Some(globs) => {
+                    let mut b = globset::GlobSetBuilder::new();
+                    for g in globs {
+                        b.add(globset::Glob::new(g).map_err(|e| format!("[auth] key {name}: model glob {g:?}: {e}"))?);
+                    }
+                    Some(b.build().map_err(|e| format!("[auth] key {name}: {e}"))?)
+                }
+                None => None,
+            };
+            let rpm = s.requests_per_minute.or(cfg.requests_per_minute).and_then(NonZeroU32::new);
+            let conc = s.max_concurrent.or(cfg.max_concurrent).or(default_concurrency).filter(|n| *n > 0);
+            keys.push(Arc::new(Key {
+                digest,
+                name,
+                models,
+                limiter: rpm.map(|n| RateLimiter::direct(Quota::per_minute(n))),
+                concurrency: conc.map(|n| Arc::new(Semaphore::new(n as usize))),
+            }));
+        }
+        if keys.is_empty() {
+            return Err("[auth] is present but names no keys (keys or keys_env)".into());
+        }
+        Ok(Auth { keys })
+    }
+
+    /// Whether keys are enforced.
+    pub fn enabled(&self) -> bool {
+        !self.keys.is_empty()
+    }
+
+    /// The key of an `Authorization` header value. Every configured key is
+    /// compared, in constant time, whatever matches.
+    pub fn authenticate(&self, header: Option<&[u8]>) -> Result<Arc<Key>, AuthError> {
+        let token = header.and_then(bearer).ok_or(AuthError::Missing)?;
+        let digest: [u8; 32] = Sha256::digest(token).into();
+        let mut found = subtle::Choice::from(0);
+        let mut index = 0u32;
+        for (i, k) in self.keys.iter().enumerate() {
+            let m = k.digest.ct_eq(&digest);
+            index = u32::conditional_select(&index, &(i as u32), m);
+            found |= m;
+        }
+        if bool::from(found) {
+            self.keys.get(index as usize).cloned().ok_or(AuthError::Wrong)
+        } else {
+            Err(AuthError::Wrong)
+        }
+    }
+}
+
+impl Key {
+    /// Takes one request from the key's rate budget.
+    pub fn admit(&self) -> Result<(), AuthError> {
+        match &self.limiter {
+            Some(l) => l.check().map_err(|not_until| {
+                AuthError::RateLimited(
+                    not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default())),
+                )
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether this key may use `model` (the name the client sent).
+    pub fn allows(&self, model: &str) -> bool {
+        self.models.as_ref().is_none_or(|g| g.is_match(model))
+    }
+}
+
+/// `Bearer TOKEN` → TOKEN (scheme case-insensitive, as RFC 6750 allows).
+fn bearer(h: &[u8]) -> Option<&[u8]> {
+    let (scheme, rest) = h.split_at_checked(7)?;
+    (scheme.eq_ignore_ascii_case(b"bearer ") && !rest.is_empty()).then(|| rest.trim_ascii())
+}
+
+/// Refuses an open proxy on a non-loopback address unless explicitly
+/// allowed: anyone on the network could spend the upstream keys.
+pub fn check_bind(addr: &SocketAddr, auth_enabled: bool, allow_unauthenticated: bool) -> Result<(), String> {
+    if auth_enabled || allow_unauthenticated || addr.ip().is_loopback() {
+        return Ok(());
+    }
+    Err(format!(
+        "refusing to listen on {addr} without proxy keys: anyone who can reach it could spend your upstream API keys. \
+         Configure [auth] keys (or keys_env), listen on 127.0.0.1, or pass --allow-unauthenticated if the network \
+         in front of it does the authentication (e.g. a sidecar reachable only from its pod)."
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn auth(toml_text: &str) -> Auth {
+        let c: AuthConfig = toml::from_str(toml_text).unwrap();
+        Auth::new(Some(&c), None).unwrap()
+    }
+
+    #[test]
+    fn matches_the_right_key_only() {
+        let a = auth(r#"keys = ["sk-first-key", { key = "sk-second-key", name = "two", models = ["v/*"] }]"#);
+        assert_eq!(a.authenticate(None).unwrap_err(), AuthError::Missing);
+        assert_eq!(a.authenticate(Some(b"Basic abc")).unwrap_err(), AuthError::Missing);
+        assert_eq!(a.authenticate(Some(b"Bearer sk-wrong-key")).unwrap_err(), AuthError::Wrong);
+        assert_eq!(a.authenticate(Some(b"Bearer sk-first-ke")).unwrap_err(), AuthError::Wrong);
+        assert!(a.authenticate(Some(b"Bearer sk-first-key")).unwrap().name.starts_with("key-"));
+        let two = a.authenticate(Some(b"bearer sk-second-key")).unwrap();
+        assert_eq!(two.name, "two");
+        assert!(two.allows("v/m") && !two.allows("w/m"));
+    }
+
+    #[test]
+    fn secrets_do_not_show_in_debug() {
+        let c: AuthConfig = toml::from_str(r#"keys = ["sk-very-secret", { key = "sk-also-secret" }]"#).unwrap();
+        let dbg = format!("{c:?} {:?}", Auth::new(Some(&c), None).unwrap());
+        assert!(!dbg.contains("secret"), "{dbg}");
+    }
+
+    #[test]
+    fn rate_limit_per_key() {
+        let a = auth(r#"keys = [{ key = "sk-limited-key", requests_per_minute = 2 }]"#);
+        let k = a.authenticate(Some(b"Bearer sk-limited-key")).unwrap();
+        assert!(k.admit().is_ok() && k.admit().is_ok());
+        assert!(matches!(k.admit(), Err(AuthError::RateLimited(_))));
+    }
+
+    #[test]
+    fn open_proxy_only_on_loopback() {
+        let lo: SocketAddr = "127.0.0.1:8787".parse().unwrap();
+        let any: SocketAddr = "0.0.0.0:8787".parse().unwrap();
+        assert!(check_bind(&lo, false, false).is_ok());
+        assert!(check_bind(&any, false, false).unwrap_err().contains("--allow-unauthenticated"));
+        assert!(check_bind(&any, false, true).is_ok());
+        assert!(check_bind(&any, true, false).is_ok());
+    }
+}

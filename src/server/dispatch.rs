@@ -1,0 +1,76 @@
+//! Sends one chat request upstream: along the model's fallback chain (an
+//! alias with several targets), each target normalized for its own profile
+//! and called through [`crate::provider::resilience`] (retries, circuit
+//! breaker). Also where time-to-first-token and token usage are measured,
+//! since this is where the upstream's answer first shows up.
+
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use serde_json::Value;
+
+use super::Shared;
+use super::edge::{self, RequestCtx};
+use crate::error::ApiError;
+use crate::openai::ChatRequest;
+use crate::provider::request::Plan;
+use crate::provider::upstream::Reply;
+use crate::provider::{Route, request, resilience};
+
+/// The route that answered, how its request was rewritten, and its reply.
+pub async fn send(s: &Shared, req: &ChatRequest) -> Result<(Route, Plan, Reply), ApiError> {
+    let routes = s.providers.routes(&req.model);
+    if routes.is_empty() {
+        return Err(super::chat::route_for(s, &req.model).err().unwrap_or(ApiError::ModelNotFound(req.model.clone())));
+    }
+    let ctx = edge::current();
+    let last = routes.len() - 1;
+    for (i, route) in routes.iter().enumerate() {
+        let p = &route.provider;
+        if let Some(c) = &ctx {
+            c.set_served(&p.name, &route.model);
+        }
+        let mut upstream_req = req.clone();
+        // Before the rewrites: prompt mode turns tool-call turns into text.
+        crate::reasoning::prepare_history(&mut upstream_req, &p.profile, &route.model, s.store.as_ref()).await;
+        let plan = request::normalize(&mut upstream_req, &p.profile, &route.model, p.prompt_for(&route.model));
+        match resilience::post(&s.upstream, &s.breakers, p, "chat/completions", &upstream_req).await {
+            Ok(reply) => return Ok((route.clone(), plan, measured(reply, ctx, &p.name, &route.model))),
+            Err(e) if i < last && resilience::falls_back(&e) => {
+                let next = &routes[i + 1].provider.name;
+                crate::metrics::fallback(&p.name, next);
+                tracing::warn!(from = %p.name, to = %next, error = %e, "falling back to the next provider");
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(ApiError::ModelNotFound(req.model.clone()))
+}
+
+/// Records time to first token now, and token usage when it goes by.
+fn measured(reply: Reply, ctx: Option<Arc<RequestCtx>>, provider: &str, model: &str) -> Reply {
+    if let Some(c) = &ctx {
+        crate::metrics::first_token(provider, model, c.start.elapsed());
+    }
+    match reply {
+        Reply::Json(v) => {
+            if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
+                crate::metrics::usage(provider, model, u);
+            }
+            Reply::Json(v)
+        }
+        Reply::Events(events) => {
+            let (provider, model) = (provider.to_string(), model.to_string());
+            Reply::Events(Box::pin(events.inspect(move |ev| {
+                // Only the chunk carrying usage is parsed twice.
+                if let Ok(data) = ev
+                    && data.contains("\"usage\"")
+                    && let Ok(v) = serde_json::from_str::<Value>(data)
+                    && let Some(u) = v.get("usage").filter(|u| u.is_object())
+                {
+                    crate::metrics::usage(&provider, &model, u);
+                }
+            })))
+        }
+    }
+}

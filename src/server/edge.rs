@@ -1,0 +1,357 @@
+//! The edge middleware, around every route: request id (`x-request-id` in
+//! and out, and the tracing span), proxy-key auth, per-key rate and
+//! concurrency limits, body size and request shape limits, and the response
+//! body guard that records metrics, holds the concurrency permits and the
+//! shutdown tracker token until the last byte of a stream, and ends open
+//! streams in-band when the shutdown grace period is over.
+//!
+//! Handlers learn nothing new: what they need from the edge (the request's
+//! context) is in a task-local, [`current`].
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use http_body::{Frame, SizeHint};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+use tokio_util::task::TaskTracker;
+use tokio_util::task::task_tracker::TaskTrackerToken;
+use tracing::Instrument;
+
+use super::Shared;
+use super::auth::{Auth, AuthError};
+use super::limits::{LimitsConfig, Peek};
+use crate::error::ErrorObject;
+
+/// Edge settings and shutdown handles, built once.
+pub struct Edge {
+    pub auth: Auth,
+    pub limits: LimitsConfig,
+    global: Option<Arc<Semaphore>>,
+    /// Cancelled when the shutdown grace period is over.
+    pub cut: CancellationToken,
+    /// Every request in flight (streams until their last byte).
+    pub tracker: TaskTracker,
+}
+
+impl Edge {
+    pub fn new(auth: Auth, limits: LimitsConfig) -> Self {
+        let global = limits.max_concurrent.filter(|n| *n > 0).map(|n| Arc::new(Semaphore::new(n as usize)));
+        Edge { auth, limits, global, cut: CancellationToken::new(), tracker: TaskTracker::new() }
+    }
+}
+
+/// What the edge knows about the request being served.
+#[derive(Debug)]
+pub struct RequestCtx {
+    pub id: String,
+    pub start: Instant,
+    /// The `model` the client asked for, when the body names one.
+    pub model: Option<String>,
+    /// Provider and upstream model that served it (the last tried).
+    served: Mutex<Option<(String, String)>>,
+}
+
+impl RequestCtx {
+    pub fn set_served(&self, provider: &str, model: &str) {
+        if let Ok(mut p) = self.served.lock() {
+            *p = Some((provider.to_string(), model.to_string()));
+        }
+    }
+
+    pub fn served(&self) -> Option<(String, String)> {
+        self.served.lock().ok().and_then(|p| p.clone())
+    }
+}
+
+tokio::task_local! {
+    static CTX: Arc<RequestCtx>;
+}
+
+/// The context of the request this task is serving, if any.
+pub fn current() -> Option<Arc<RequestCtx>> {
+    CTX.try_with(Arc::clone).ok()
+}
+
+const REQUEST_ID: &str = "x-request-id";
+
+/// The client's request id when it is sane, else a new one.
+fn request_id(h: &HeaderMap) -> String {
+    h.get(REQUEST_ID)
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
+        .map_or_else(|| format!("req_{:016x}{:08x}", fastrand::u64(..), fastrand::u32(..)), str::to_string)
+}
+
+fn error(status: StatusCode, kind: &str, code: &str, message: impl Into<String>) -> Response {
+    let e = ErrorObject::new(kind, message).with_code(code);
+    (status, axum::Json(e.to_body())).into_response()
+}
+
+fn refuse_auth(e: &AuthError) -> Response {
+    crate::metrics::refused(match e {
+        AuthError::Missing => "auth_missing",
+        AuthError::Wrong => "auth_wrong",
+        AuthError::ModelDenied(_) => "model_denied",
+        AuthError::RateLimited(_) => "rate_limited",
+    });
+    match e {
+        AuthError::Missing | AuthError::Wrong => {
+            error(StatusCode::UNAUTHORIZED, "invalid_request_error", "invalid_api_key", e.to_string())
+        }
+        AuthError::ModelDenied(_) => {
+            error(StatusCode::FORBIDDEN, "invalid_request_error", "model_not_allowed", e.to_string())
+        }
+        AuthError::RateLimited(wait) => {
+            let mut r = error(StatusCode::TOO_MANY_REQUESTS, "requests", "rate_limit_exceeded", e.to_string());
+            let secs = wait.as_secs_f64().ceil().max(1.0) as u64;
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                r.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+            r
+        }
+    }
+}
+
+fn too_busy(what: &str) -> Response {
+    crate::metrics::refused("concurrency");
+    let mut r = error(
+        StatusCode::TOO_MANY_REQUESTS,
+        "requests",
+        "concurrency_limit_exceeded",
+        format!("Too many concurrent requests {what}; retry shortly."),
+    );
+    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
+fn too_large(max: usize) -> Response {
+    crate::metrics::refused("body_too_large");
+    error(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "invalid_request_error",
+        "request_too_large",
+        format!("The request body is larger than the limit of {max} bytes."),
+    )
+}
+
+/// The middleware.
+pub async fn guard(State(s): State<Shared>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    // Probes and the scrape are open and not counted as requests.
+    if matches!(path, "/healthz" | "/readyz" | "/metrics") {
+        return next.run(req).await;
+    }
+    let id = request_id(req.headers());
+    let span = tracing::info_span!("request", id = %id);
+    let mut resp = serve(s, req, next, id.clone()).instrument(span).await;
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        resp.headers_mut().insert(REQUEST_ID, v);
+    }
+    resp
+}
+
+async fn serve(s: Shared, req: Request, next: Next, id: String) -> Response {
+    let edge = &s.edge;
+    let start = Instant::now();
+    let mut permits = Vec::new();
+    let key = if edge.auth.enabled() {
+        let key = match edge.auth.authenticate(req.headers().get(header::AUTHORIZATION).map(HeaderValue::as_bytes)) {
+            Ok(k) => k,
+            Err(e) => return refuse_auth(&e),
+        };
+        if let Err(e) = key.admit() {
+            return refuse_auth(&e);
+        }
+        if let Some(sem) = &key.concurrency {
+            match sem.clone().try_acquire_owned() {
+                Ok(p) => permits.push(p),
+                Err(_) => return too_busy("for this key"),
+            }
+        }
+        Some(key)
+    } else {
+        None
+    };
+    if let Some(sem) = &edge.global {
+        match sem.clone().try_acquire_owned() {
+            Ok(p) => permits.push(p),
+            Err(_) => return too_busy("on this server"),
+        }
+    }
+    let (parts, body) = req.into_parts();
+    let mut model = None;
+    let req = if parts.method == Method::POST {
+        let max = edge.limits.max_body_bytes;
+        let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
+        if declared.is_some_and(|n| n > max) {
+            return too_large(max);
+        }
+        let bytes: Bytes = match axum::body::to_bytes(body, max).await {
+            Ok(b) => b,
+            Err(e) => {
+                // to_bytes fails for the limit or a broken client body.
+                if is_length_limit(&e) {
+                    return too_large(max);
+                }
+                return error(
+                    StatusCode::BAD_REQUEST,
+                    "invalid_request_error",
+                    "bad_body",
+                    format!("Cannot read the body: {e}"),
+                );
+            }
+        };
+        if parts.uri.path().starts_with("/v1/") {
+            let peek = Peek::of(&bytes);
+            if let Some(p) = &peek {
+                if let Some((param, msg)) = p.over(&edge.limits) {
+                    crate::metrics::refused("shape_limit");
+                    let mut e = ErrorObject::new("invalid_request_error", msg).with_code("limit_exceeded");
+                    e.param = Some(param.to_string());
+                    return (StatusCode::BAD_REQUEST, axum::Json(e.to_body())).into_response();
+                }
+                model = p.model.clone();
+            }
+            if let Some(k) = &key {
+                match &model {
+                    Some(m) if !k.allows(m) => return refuse_auth(&AuthError::ModelDenied(m.clone())),
+                    // A body whose model cannot be read is refused for a
+                    // restricted key: the handler's parse might read it
+                    // differently (duplicate keys).
+                    None if peek.is_none() && !k.allows("") => {
+                        return error(
+                            StatusCode::BAD_REQUEST,
+                            "invalid_request_error",
+                            "invalid_body",
+                            "The body must be a JSON object with a string `model`.",
+                        );
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Request::from_parts(parts, Body::from(bytes))
+    } else {
+        Request::from_parts(parts, body)
+    };
+    let ctx = Arc::new(RequestCtx { id, start, model, served: Mutex::new(None) });
+    let mut done = Done {
+        ctx: ctx.clone(),
+        key: key.map(|k| k.name.clone()),
+        status: StatusCode::OK,
+        _permits: permits,
+        _token: edge.tracker.token(),
+    };
+    crate::metrics::in_flight(1.0);
+    let resp = CTX.scope(ctx, next.run(req)).await;
+    let (parts, body) = resp.into_parts();
+    let sse = parts
+        .headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    done.status = parts.status;
+    let body = GuardedBody {
+        inner: body,
+        done: Some(done),
+        cut: sse.then(|| Box::pin(edge.cut.clone().cancelled_owned())),
+        finished: false,
+    };
+    Response::from_parts(parts, Body::new(body))
+}
+
+fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(x) = cur {
+        if x.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        cur = x.source();
+    }
+    false
+}
+
+/// Held until the response body is done (or dropped: client gone).
+struct Done {
+    ctx: Arc<RequestCtx>,
+    key: Option<String>,
+    status: StatusCode,
+    _permits: Vec<OwnedSemaphorePermit>,
+    _token: TaskTrackerToken,
+}
+
+impl Drop for Done {
+    fn drop(&mut self) {
+        let elapsed = self.ctx.start.elapsed();
+        let served = self.ctx.served();
+        // Unrouted requests are labelled as such: a label per arbitrary
+        // client string would grow the series without bound.
+        let (p, m) = match &served {
+            Some((p, m)) => (p.as_str(), m.as_str()),
+            None => ("none", "unrouted"),
+        };
+        crate::metrics::request_done(p, m, self.status.as_u16(), elapsed);
+        crate::metrics::in_flight(-1.0);
+        tracing::info!(
+            status = self.status.as_u16(),
+            provider = p,
+            model = m,
+            key = self.key.as_deref().unwrap_or("-"),
+            ms = elapsed.as_millis() as u64,
+            "request done"
+        );
+    }
+}
+
+/// The in-band event that ends a stream cut at the end of the grace period.
+/// The leading newline closes any half-written event line safely.
+const SHUTDOWN_EVENT: &[u8] = b"\ndata: {\"error\":{\"message\":\"The server is shutting down and ended this stream before it was complete.\",\"type\":\"server_error\",\"param\":null,\"code\":\"server_shutting_down\"}}\n\n";
+
+/// The response body with the request's guard attached.
+struct GuardedBody {
+    inner: Body,
+    done: Option<Done>,
+    cut: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+    finished: bool,
+}
+
+impl http_body::Body for GuardedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let this = self.get_mut();
+        if this.finished {
+            return Poll::Ready(None);
+        }
+        if let Some(cut) = this.cut.as_mut()
+            && cut.as_mut().poll(cx).is_ready()
+        {
+            this.finished = true;
+            this.done.take();
+            return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(SHUTDOWN_EVENT)))));
+        }
+        let r = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(None | Some(Err(_))) = &r {
+            this.finished = true;
+            this.done.take();
+        }
+        r
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.finished || self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

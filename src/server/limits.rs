@@ -1,0 +1,160 @@
+//! `[limits]`: what one request may weigh (body bytes, messages, tools), how
+//! many requests run at once, and how long shutdown waits for them. The
+//! counts are read by a cheap pre-scan of the body ([`peek`]) so the chat
+//! handler stays as it is.
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+
+/// The `[limits]` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Largest request body (413 above).
+    #[serde(default = "d_body")]
+    pub max_body_bytes: usize,
+    /// Most `messages` in one chat request (400 above).
+    #[serde(default = "d_messages")]
+    pub max_messages: usize,
+    /// Most `tools` in one chat request (400 above).
+    #[serde(default = "d_tools")]
+    pub max_tools: usize,
+    /// Concurrent requests per proxy key (429 above); none: unlimited.
+    #[serde(default)]
+    pub max_concurrent_per_key: Option<u32>,
+    /// Concurrent requests in total (429 above); none: unlimited.
+    #[serde(default)]
+    pub max_concurrent: Option<u32>,
+    /// On SIGTERM, how long in-flight requests and streams may finish
+    /// before open streams are ended with an in-band error.
+    #[serde(default = "d_grace")]
+    pub shutdown_grace_secs: f64,
+}
+
+fn d_body() -> usize {
+    16 * 1024 * 1024
+}
+fn d_messages() -> usize {
+    4096
+}
+fn d_tools() -> usize {
+    512
+}
+fn d_grace() -> f64 {
+    30.0
+}
+
+impl Default for LimitsConfig {
+    fn default() -> Self {
+        LimitsConfig {
+            max_body_bytes: d_body(),
+            max_messages: d_messages(),
+            max_tools: d_tools(),
+            max_concurrent_per_key: None,
+            max_concurrent: None,
+            shutdown_grace_secs: d_grace(),
+        }
+    }
+}
+
+/// The fields of a chat request the edge checks, read without building the
+/// request (sizes only; the handler does the real parse and its 400s).
+#[derive(Debug, Default, Deserialize)]
+pub struct Peek {
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    messages: Option<Counted>,
+    #[serde(default)]
+    tools: Option<Counted>,
+}
+
+/// A JSON array's length (anything else counts 0, left to the handler).
+#[derive(Debug, Default)]
+struct Counted(usize);
+
+impl<'de> Deserialize<'de> for Counted {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Counted;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("any JSON value")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Counted, A::Error> {
+                let mut n = 0;
+                while seq.next_element::<IgnoredAny>()?.is_some() {
+                    n += 1;
+                }
+                Ok(Counted(n))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Counted, A::Error> {
+                while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                Ok(Counted(0))
+            }
+            fn visit_unit<E>(self) -> Result<Counted, E> {
+                Ok(Counted(0))
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<Counted, E> {
+                Ok(Counted(0))
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<Counted, E> {
+                Ok(Counted(0))
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<Counted, E> {
+                Ok(Counted(0))
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<Counted, E> {
+                Ok(Counted(0))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Counted, E> {
+                Ok(Counted(0))
+            }
+            fn visit_none<E>(self) -> Result<Counted, E> {
+                Ok(Counted(0))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Peek {
+    /// Reads the body; `None` when it is not a JSON object with a string
+    /// `model` (the handler reports that precisely).
+    pub fn of(body: &[u8]) -> Option<Peek> {
+        serde_json::from_slice(body).ok()
+    }
+
+    /// The first limit the request exceeds, as (param, message).
+    pub fn over(&self, l: &LimitsConfig) -> Option<(&'static str, String)> {
+        let m = self.messages.as_ref().map_or(0, |c| c.0);
+        if m > l.max_messages {
+            return Some(("messages", format!("Too many messages: {m}, the limit is {}.", l.max_messages)));
+        }
+        let t = self.tools.as_ref().map_or(0, |c| c.0);
+        if t > l.max_tools {
+            return Some(("tools", format!("Too many tools: {t}, the limit is {}.", l.max_tools)));
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_without_building() {
+        let p = Peek::of(br#"{"model":"m","messages":[{"role":"user"},{}],"tools":[1,2,3],"x":{"y":[1]}}"#).unwrap();
+        assert_eq!(p.model.as_deref(), Some("m"));
+        let l = LimitsConfig { max_messages: 1, ..Default::default() };
+        assert_eq!(p.over(&l).unwrap().0, "messages");
+        let l = LimitsConfig { max_tools: 2, ..Default::default() };
+        assert_eq!(p.over(&l).unwrap().0, "tools");
+        assert!(p.over(&LimitsConfig::default()).is_none());
+        assert!(Peek::of(b"[1]").is_none());
+        assert!(Peek::of(br#"{"model": 3}"#).is_none());
+        let odd = Peek::of(br#"{"model":"m","messages":"x","tools":null}"#).unwrap();
+        assert!(odd.over(&LimitsConfig { max_messages: 0, max_tools: 0, ..Default::default() }).is_none());
+    }
+}

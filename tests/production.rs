@@ -1,0 +1,597 @@
+//! Production behaviour end to end: proxy keys, limits, upstream timeouts,
+//! retries, fallback chains, circuit breaker, metrics, backpressure and
+//! graceful shutdown — each against a real server on a loopback port.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::response::Response;
+use common::*;
+use modelshim::config::{Config, ModelAlias, ProviderConfig};
+use serde_json::{Value, json};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, ResponseTemplate};
+
+const KEY: &str = "sk-proxy-test-key-1";
+
+fn hello() -> Value {
+    json!({"model": "v/m", "messages": [{"role": "user", "content": "hi"}]})
+}
+
+fn ok_completion() -> Value {
+    completion(json!({"role": "assistant", "content": "hello"}), "stop")
+}
+
+async fn ok_upstream() -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(ok_completion()))
+        .mount(&server)
+        .await;
+    server
+}
+
+fn upstream_table(t: &str) -> toml::Table {
+    toml::from_str(t).unwrap()
+}
+
+fn with_auth(c: &mut Config, auth: &str) {
+    c.auth = Some(toml::from_str(auth).unwrap());
+}
+
+async fn post(p: &Proxy, key: Option<&str>, body: &Value) -> (u16, reqwest::header::HeaderMap, Value) {
+    let mut rb = p.http.post(p.url("/v1/chat/completions")).json(body);
+    if let Some(k) = key {
+        rb = rb.bearer_auth(k);
+    }
+    let r = rb.send().await.unwrap();
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    let text = r.text().await.unwrap();
+    (status, headers, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+// ---------------------------------------------------------------- auth
+
+#[tokio::test]
+async fn auth_none_wrong_right_and_key_never_forwarded() {
+    let server = ok_upstream().await;
+    // The provider's key comes from HOME (always set), so the upstream must
+    // see that and never the proxy key.
+    let p = proxy_with("api_key_env = \"HOME\"", &server.uri(), |c| with_auth(c, &format!("keys = [\"{KEY}\"]"))).await;
+    let (st, _, body) = post(&p, None, &hello()).await;
+    assert_eq!(st, 401, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_api_key");
+    let (st, _, body) = post(&p, Some("sk-proxy-test-key-2"), &hello()).await;
+    assert_eq!(st, 401, "{body}");
+    assert_eq!(body["error"]["message"], "Incorrect API key provided.");
+    let (st, _, body) = post(&p, Some(KEY), &hello()).await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["choices"][0]["message"]["content"], "hello");
+
+    let seen = server.received_requests().await.unwrap();
+    assert_eq!(seen.len(), 1, "refused requests never reach the upstream");
+    for r in &seen {
+        for (name, value) in &r.headers {
+            assert!(!value.to_str().unwrap_or_default().contains(KEY), "proxy key forwarded in {name}");
+        }
+        assert!(!String::from_utf8_lossy(&r.body).contains(KEY), "proxy key in the body");
+        if let Ok(home) = std::env::var("HOME") {
+            assert_eq!(r.headers["authorization"], format!("Bearer {home}"));
+        }
+    }
+    // Models and embeddings are behind the key too; probes are not.
+    assert_eq!(p.http.get(p.url("/v1/models")).send().await.unwrap().status(), 401);
+    assert_eq!(p.http.get(p.url("/v1/models")).bearer_auth(KEY).send().await.unwrap().status(), 200);
+    assert_eq!(p.http.get(p.url("/healthz")).send().await.unwrap().status(), 200);
+    assert_eq!(p.http.get(p.url("/metrics")).send().await.unwrap().status(), 200);
+}
+
+#[tokio::test]
+async fn per_key_models_rate_and_concurrency() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(ok_completion()).set_delay(Duration::from_millis(400)))
+        .mount(&server)
+        .await;
+    let auth = r#"keys = [
+        { key = "sk-only-w-models", models = ["w/*"] },
+        { key = "sk-two-per-minute", requests_per_minute = 2 },
+        { key = "sk-one-at-a-time", max_concurrent = 1 },
+    ]"#;
+    let p = proxy_with("", &server.uri(), |c| with_auth(c, auth)).await;
+    let (st, _, body) = post(&p, Some("sk-only-w-models"), &hello()).await;
+    assert_eq!((st, body["error"]["code"].as_str()), (403, Some("model_not_allowed")), "{body}");
+
+    assert_eq!(post(&p, Some("sk-two-per-minute"), &hello()).await.0, 200);
+    assert_eq!(post(&p, Some("sk-two-per-minute"), &hello()).await.0, 200);
+    let (st, h, body) = post(&p, Some("sk-two-per-minute"), &hello()).await;
+    assert_eq!((st, body["error"]["code"].as_str()), (429, Some("rate_limit_exceeded")), "{body}");
+    assert!(h["retry-after"].to_str().unwrap().parse::<u64>().unwrap() >= 1);
+
+    let h = hello();
+    let (a, b) = tokio::join!(post(&p, Some("sk-one-at-a-time"), &h), async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        post(&p, Some("sk-one-at-a-time"), &hello()).await
+    });
+    assert_eq!(a.0, 200);
+    assert_eq!((b.0, b.2["error"]["code"].as_str()), (429, Some("concurrency_limit_exceeded")), "{}", b.2);
+    // The permit is released with the response.
+    assert_eq!(post(&p, Some("sk-one-at-a-time"), &hello()).await.0, 200);
+}
+
+#[tokio::test]
+async fn request_id_in_and_out() {
+    let server = ok_upstream().await;
+    let p = proxy("", &server.uri()).await;
+    let r = p
+        .http
+        .post(p.url("/v1/chat/completions"))
+        .header("x-request-id", "trace-abc-1")
+        .json(&hello())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.headers()["x-request-id"], "trace-abc-1");
+    let r = p.http.post(p.url("/v1/chat/completions")).json(&hello()).send().await.unwrap();
+    assert!(r.headers()["x-request-id"].to_str().unwrap().starts_with("req_"));
+    // Errors carry it too.
+    let r = p.http.post(p.url("/v1/chat/completions")).body("{").send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert!(r.headers().contains_key("x-request-id"));
+}
+
+// -------------------------------------------------------------- limits
+
+#[tokio::test]
+async fn body_and_shape_limits() {
+    let server = ok_upstream().await;
+    let p = proxy_with("", &server.uri(), |c| {
+        c.limits.max_body_bytes = 2000;
+        c.limits.max_messages = 3;
+        c.limits.max_tools = 1;
+    })
+    .await;
+    let big = json!({"model": "v/m", "messages": [{"role": "user", "content": "x".repeat(5000)}]});
+    let (st, _, body) = post(&p, None, &big).await;
+    assert_eq!((st, body["error"]["code"].as_str()), (413, Some("request_too_large")), "{body}");
+    // Without a content-length (chunked), the limit holds while reading.
+    let chunks: Vec<Result<Vec<u8>, std::io::Error>> = (0..10).map(|_| Ok(vec![b' '; 500])).collect();
+    let r = p
+        .http
+        .post(p.url("/v1/chat/completions"))
+        .header("content-type", "application/json")
+        .body(reqwest::Body::wrap_stream(futures_util::stream::iter(chunks)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+
+    let many = json!({"model": "v/m", "messages": [{"role": "user", "content": "a"}, {"role": "user", "content": "b"},
+        {"role": "user", "content": "c"}, {"role": "user", "content": "d"}]});
+    let (st, _, body) = post(&p, None, &many).await;
+    assert_eq!((st, body["error"]["param"].as_str()), (400, Some("messages")), "{body}");
+    let tools = json!({"model": "v/m", "messages": [{"role": "user", "content": "a"}], "tools": [
+        {"type": "function", "function": {"name": "a"}}, {"type": "function", "function": {"name": "b"}}]});
+    let (st, _, body) = post(&p, None, &tools).await;
+    assert_eq!((st, body["error"]["param"].as_str()), (400, Some("tools")), "{body}");
+    assert_eq!(post(&p, None, &hello()).await.0, 200);
+}
+
+// ------------------------------------------------- a scriptable upstream
+
+/// What the scripted upstream does for one request.
+#[derive(Clone)]
+enum Act {
+    /// A normal SSE answer of `n` content chunks, `gap` apart.
+    Stream { n: usize, gap: Duration, size: usize },
+    /// Headers, one chunk, then silence.
+    Stall,
+    /// Headers, then the connection breaks before any event.
+    DropBeforeFirst,
+    /// Waits before sending headers.
+    Slow(Duration),
+}
+
+struct Script {
+    acts: std::sync::Mutex<Vec<Act>>,
+    /// Used once the script runs out.
+    default: Act,
+    hits: AtomicUsize,
+    bytes_out: Arc<AtomicUsize>,
+}
+
+async fn scripted(acts: Vec<Act>, default: Act) -> (String, Arc<Script>) {
+    let script = Arc::new(Script {
+        acts: std::sync::Mutex::new(acts),
+        default,
+        hits: AtomicUsize::new(0),
+        bytes_out: Arc::new(AtomicUsize::new(0)),
+    });
+    let s = script.clone();
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move || {
+            let s = s.clone();
+            async move {
+                s.hits.fetch_add(1, Ordering::SeqCst);
+                let act = {
+                    let mut a = s.acts.lock().unwrap();
+                    if a.is_empty() { s.default.clone() } else { a.remove(0) }
+                };
+                respond(act, s.bytes_out.clone()).await
+            }
+        }),
+    );
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(l, app).await });
+    (format!("http://{addr}"), script)
+}
+
+fn sse_response(body: Body) -> Response {
+    Response::builder().header("content-type", "text/event-stream").body(body).unwrap()
+}
+
+fn event(content: &str) -> String {
+    format!("data: {}\n\n", chunk(json!({"content": content}), None))
+}
+
+async fn respond(act: Act, bytes_out: Arc<AtomicUsize>) -> Response {
+    match act {
+        Act::Stream { n, gap, size } => {
+            let s = async_stream::stream! {
+                for i in 0..n {
+                    if !gap.is_zero() { tokio::time::sleep(gap).await; }
+                    let e = event(&format!("{i:06}{}", "x".repeat(size)));
+                    bytes_out.fetch_add(e.len(), Ordering::SeqCst);
+                    yield Ok::<_, std::io::Error>(e);
+                }
+                yield Ok(format!("data: {}\n\ndata: [DONE]\n\n", chunk(json!({}), Some("stop"))));
+            };
+            sse_response(Body::from_stream(s))
+        }
+        Act::Stall => {
+            let s = async_stream::stream! {
+                yield Ok::<_, std::io::Error>(event("first"));
+                std::future::pending::<()>().await;
+            };
+            sse_response(Body::from_stream(s))
+        }
+        Act::DropBeforeFirst => {
+            let s = futures_util::stream::once(async {
+                Err::<String, _>(std::io::Error::other("upstream dropped the connection"))
+            });
+            sse_response(Body::from_stream(s))
+        }
+        Act::Slow(d) => {
+            tokio::time::sleep(d).await;
+            axum::Json(ok_completion()).into_response()
+        }
+    }
+}
+
+use axum::response::IntoResponse;
+
+fn stream_req() -> Value {
+    json!({"model": "v/m", "stream": true, "messages": [{"role": "user", "content": "hi"}]})
+}
+
+// ------------------------------------------------------------ timeouts
+
+#[tokio::test]
+async fn first_byte_timeout_is_504() {
+    let (url, script) = scripted(vec![], Act::Slow(Duration::from_secs(3))).await;
+    let p = proxy_with("", &url, |c| c.upstream.first_byte_timeout_secs = 0.3).await;
+    let t = Instant::now();
+    let (st, _, body) = post(&p, None, &hello()).await;
+    assert_eq!((st, body["error"]["code"].as_str()), (504, Some("upstream_timeout")), "{body}");
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert_eq!(script.hits.load(Ordering::SeqCst), 1, "a timeout is not retried on the same upstream");
+}
+
+#[tokio::test]
+async fn idle_stream_timeout_ends_the_stream_in_band() {
+    let (url, _) = scripted(vec![], Act::Stall).await;
+    let p = proxy_with("", &url, |c| c.upstream.idle_timeout_secs = 0.3).await;
+    let t = Instant::now();
+    let (st, events) = p.chat_stream(stream_req()).await;
+    assert_eq!(st, 200);
+    assert_eq!(events[0]["choices"][0]["delta"]["content"], "first");
+    let last = events.last().unwrap();
+    assert_eq!(last["error"]["code"], "upstream_timeout", "{events:?}");
+    assert!(t.elapsed() < Duration::from_secs(3));
+}
+
+#[tokio::test]
+async fn connect_timeout() {
+    // A listener whose accept queue is full drops new SYNs, so connecting
+    // hangs until the client's connect timeout.
+    let sock = tokio::net::TcpSocket::new_v4().unwrap();
+    sock.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let listener = sock.listen(1).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_millis(200), tokio::net::TcpStream::connect(addr)).await
+        {
+            held.push(s);
+        }
+    }
+    let p = proxy_with("", &format!("http://{addr}"), |c| {
+        c.upstream.connect_timeout_secs = 0.3;
+        c.upstream.retries = Some(0);
+    })
+    .await;
+    let t = Instant::now();
+    let (st, _, body) = post(&p, None, &hello()).await;
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    assert_eq!((st, body["error"]["code"].as_str()), (504, Some("upstream_timeout")), "{body}");
+    drop(listener);
+}
+
+// --------------------------------------------------- retries, fallback
+
+#[tokio::test]
+async fn retry_then_success() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(503).set_body_json(json!({"error": {"message": "overloaded"}})))
+        .up_to_n_times(2)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(ok_completion()))
+        .with_priority(5)
+        .mount(&server)
+        .await;
+    let p = proxy_with("", &server.uri(), |c| c.upstream.retry_backoff_ms = 20).await;
+    let (st, _, body) = post(&p, None, &hello()).await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(server.received_requests().await.unwrap().len(), 3);
+}
+
+#[tokio::test]
+async fn retry_honours_retry_after_and_gives_up_after_retries() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(
+            ResponseTemplate::new(429)
+                .insert_header("retry-after", "1")
+                .set_body_json(json!({"error": {"message": "slow down"}})),
+        )
+        .mount(&server)
+        .await;
+    let p = proxy_with("", &server.uri(), |c| c.upstream.retries = Some(1)).await;
+    let t = Instant::now();
+    let (st, h, _) = post(&p, None, &hello()).await;
+    assert_eq!(st, 429);
+    assert!(t.elapsed() >= Duration::from_secs(1), "waited for Retry-After: {:?}", t.elapsed());
+    assert_eq!(server.received_requests().await.unwrap().len(), 2);
+    assert_eq!(h["retry-after"], "1", "the upstream's Retry-After goes on to the client");
+}
+
+#[tokio::test]
+async fn stream_dropped_before_first_event_is_retried() {
+    let (url, script) = scripted(vec![Act::DropBeforeFirst], Act::Stream { n: 3, gap: Duration::ZERO, size: 1 }).await;
+    let p = proxy_with("", &url, |c| c.upstream.retry_backoff_ms = 10).await;
+    let (st, events) = p.chat_stream(stream_req()).await;
+    assert_eq!(st, 200);
+    assert_eq!(events.last(), Some(&json!("[DONE]")), "{events:?}");
+    assert_eq!(assemble(&events)["content"], "000000x000001x000002x");
+    assert_eq!(script.hits.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn fallback_to_the_second_provider() {
+    let bad = MockServer::start().await;
+    Mock::given(method("POST")).respond_with(ResponseTemplate::new(500)).mount(&bad).await;
+    let good = ok_upstream().await;
+    let good_url = format!("{}/v1", good.uri());
+    let p = proxy_with("", &bad.uri(), |c| {
+        c.upstream.retries = Some(1);
+        c.upstream.retry_backoff_ms = 10;
+        c.providers.insert(
+            "w".into(),
+            ProviderConfig { profile: Some("testvendor".into()), base_url: Some(good_url), ..Default::default() },
+        );
+        c.models.insert("smart".into(), ModelAlias::Chain(vec!["v/m".into(), "w/m2".into()]));
+        c.models.insert("plain".into(), "w/m3".into());
+    })
+    .await;
+    let (st, _, body) =
+        post(&p, None, &json!({"model": "smart", "messages": [{"role": "user", "content": "hi"}]})).await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(bad.received_requests().await.unwrap().len(), 2, "first provider tried with its retries");
+    let seen = good.received_requests().await.unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(&seen[0].body).unwrap()["model"], "m2");
+    // A single-string alias still routes.
+    let (st, _, _) = post(&p, None, &json!({"model": "plain", "messages": [{"role": "user", "content": "hi"}]})).await;
+    assert_eq!(st, 200);
+    let seen = good.received_requests().await.unwrap();
+    assert_eq!(serde_json::from_slice::<Value>(&seen[1].body).unwrap()["model"], "m3");
+    let models: Value = p.http.get(p.url("/v1/models")).send().await.unwrap().json().await.unwrap();
+    let smart = models["data"].as_array().unwrap().iter().find(|m| m["id"] == "smart").unwrap();
+    assert_eq!(smart["target"], json!(["v/m", "w/m2"]));
+}
+
+#[tokio::test]
+async fn circuit_opens_after_failures() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST")).respond_with(ResponseTemplate::new(500)).mount(&server).await;
+    let p = proxy_with("", &server.uri(), |c| {
+        c.providers.get_mut("v").unwrap().upstream =
+            Some(upstream_table("retries = 0\nbreaker_failures = 2\nbreaker_open_secs = 60"));
+    })
+    .await;
+    assert_eq!(post(&p, None, &hello()).await.0, 500);
+    assert_eq!(post(&p, None, &hello()).await.0, 500);
+    let (st, h, body) = post(&p, None, &hello()).await;
+    assert_eq!((st, body["error"]["code"].as_str()), (503, Some("circuit_open")), "{body}");
+    assert!(h.contains_key("retry-after"));
+    assert_eq!(server.received_requests().await.unwrap().len(), 2, "an open circuit does not call the upstream");
+    let m = p.http.get(p.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(m.contains("modelshim_circuit_state{provider=\"v\"} 2"), "{m}");
+}
+
+#[tokio::test]
+async fn circuit_half_opens_and_closes() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(502))
+        .up_to_n_times(1)
+        .with_priority(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(ok_completion()))
+        .with_priority(5)
+        .mount(&server)
+        .await;
+    let p = proxy_with("", &server.uri(), |c| {
+        c.upstream.retries = Some(0);
+        c.upstream.breaker_failures = 1;
+        c.upstream.breaker_open_secs = 0.3;
+    })
+    .await;
+    assert_eq!(post(&p, None, &hello()).await.0, 502);
+    assert_eq!(post(&p, None, &hello()).await.0, 503);
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert_eq!(post(&p, None, &hello()).await.0, 200, "the probe goes through");
+    assert_eq!(post(&p, None, &hello()).await.0, 200, "and closes the circuit");
+}
+
+// ------------------------------------------------------------- metrics
+
+#[tokio::test]
+async fn metrics_after_traffic() {
+    let (url, _) = scripted(vec![], Act::Stream { n: 2, gap: Duration::ZERO, size: 1 }).await;
+    let p = proxy_with("", &url, |c| {
+        c.providers.insert(
+            "metricsprov".into(),
+            ProviderConfig {
+                profile: Some("testvendor".into()),
+                base_url: Some(format!("{url}/v1")),
+                ..Default::default()
+            },
+        );
+    })
+    .await;
+    let req = json!({"model": "metricsprov/mm", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let (st, _) = p.chat_stream(req).await;
+    assert_eq!(st, 200);
+    let r = p.http.get(p.url("/metrics")).send().await.unwrap();
+    assert!(r.headers()["content-type"].to_str().unwrap().starts_with("text/plain"));
+    let m = r.text().await.unwrap();
+    for want in [
+        "modelshim_requests_total{provider=\"metricsprov\",model=\"mm\",status=\"200\"} 1",
+        "modelshim_request_duration_seconds_bucket{provider=\"metricsprov\",model=\"mm\"",
+        "modelshim_time_to_first_token_seconds_bucket{provider=\"metricsprov\",model=\"mm\"",
+        "modelshim_agent_loop_iterations_total",
+        "modelshim_in_flight_requests",
+    ] {
+        assert!(m.contains(want), "missing {want} in\n{m}");
+    }
+}
+
+// ------------------------------------------------------- backpressure
+
+#[tokio::test]
+async fn slow_client_backpressures_the_upstream() {
+    // 2000 events of ~20 KB = ~40 MB the upstream could send at once.
+    let (url, script) = scripted(vec![], Act::Stream { n: 2000, gap: Duration::ZERO, size: 20_000 }).await;
+    let p = proxy("", &url).await;
+    let mut r = p.http.post(p.url("/v1/chat/completions")).json(&stream_req()).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let first = r.chunk().await.unwrap().unwrap();
+    assert!(!first.is_empty());
+    // The client stops reading; the upstream may fill socket buffers and
+    // nothing more.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let sent = script.bytes_out.load(Ordering::SeqCst);
+    assert!(sent < 16 << 20, "upstream sent {sent} bytes to a client that read one chunk");
+    let mut total = first.len();
+    while let Some(c) = r.chunk().await.unwrap() {
+        total += c.len();
+    }
+    assert!(total > 40_000_000, "the whole stream arrives once read: {total}");
+}
+
+// ----------------------------------------------------- graceful shutdown
+
+async fn serve_with_shutdown(
+    upstream: &str,
+    grace: Duration,
+) -> (SocketAddr, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>) {
+    let text = "name = \"test vendor\"\nbase_url = \"http://unused\"\n";
+    let mut profiles = std::collections::BTreeMap::new();
+    profiles.insert("testvendor".to_string(), modelshim::provider::Profile::parse("testvendor", text).unwrap());
+    let mut config = Config::default();
+    config.providers.insert(
+        "v".into(),
+        ProviderConfig {
+            profile: Some("testvendor".into()),
+            base_url: Some(format!("{upstream}/v1")),
+            ..Default::default()
+        },
+    );
+    let state = modelshim::server::AppState::new(&config, &profiles).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let signal = async move {
+        let _ = rx.await;
+    };
+    let h = tokio::spawn(modelshim::server::shutdown::serve(listener, state, signal, grace));
+    (addr, tx, h)
+}
+
+#[tokio::test]
+async fn graceful_shutdown_finishes_an_in_flight_stream() {
+    let (url, _) = scripted(vec![], Act::Stream { n: 10, gap: Duration::from_millis(100), size: 1 }).await;
+    let (addr, stop, server) = serve_with_shutdown(&url, Duration::from_secs(10)).await;
+    let http = reqwest::Client::new();
+    let mut r = http.post(format!("http://{addr}/v1/chat/completions")).json(&stream_req()).send().await.unwrap();
+    let mut text = String::from_utf8(r.chunk().await.unwrap().unwrap().to_vec()).unwrap();
+    stop.send(()).unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // No new connections once shutting down.
+    let refused = reqwest::Client::new().get(format!("http://{addr}/healthz")).send().await;
+    assert!(refused.is_err(), "a new connection was accepted during shutdown");
+    while let Some(c) = r.chunk().await.unwrap() {
+        text.push_str(std::str::from_utf8(&c).unwrap());
+    }
+    let events = parse_sse(&text);
+    assert_eq!(events.last(), Some(&json!("[DONE]")), "{text}");
+    assert_eq!(assemble(&events)["content"].as_str().unwrap().len(), 70);
+    let done = tokio::time::timeout(Duration::from_secs(5), server).await.expect("server stops after the stream");
+    done.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn graceful_shutdown_cuts_streams_at_the_deadline() {
+    let (url, _) = scripted(vec![], Act::Stream { n: 100, gap: Duration::from_millis(100), size: 1 }).await;
+    let (addr, stop, server) = serve_with_shutdown(&url, Duration::from_millis(400)).await;
+    let http = reqwest::Client::new();
+    let mut r = http.post(format!("http://{addr}/v1/chat/completions")).json(&stream_req()).send().await.unwrap();
+    let t = Instant::now();
+    stop.send(()).unwrap();
+    let mut text = String::new();
+    while let Ok(Some(c)) = r.chunk().await {
+        text.push_str(std::str::from_utf8(&c).unwrap());
+    }
+    let events = parse_sse(&text);
+    let last = events.last().unwrap();
+    assert_eq!(last["error"]["code"], "server_shutting_down", "{text}");
+    assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    tokio::time::timeout(Duration::from_secs(5), server).await.expect("server stops").unwrap().unwrap();
+}
