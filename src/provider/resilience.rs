@@ -162,6 +162,9 @@ fn retry_reason(e: &UpstreamError) -> Option<&'static str> {
     match e {
         UpstreamError::Connect(_) => Some("connect"),
         UpstreamError::Status { .. } if is_circuit_open(e) => None,
+        // An empty balance (402, or a vendor code mapped to it) answers the
+        // same way however often it is asked; another provider may not.
+        UpstreamError::Status { error, .. } if error.kind == "insufficient_quota" => None,
         UpstreamError::Status { status: 429, .. } => Some("429"),
         UpstreamError::Status { status: 500 | 502 | 503 | 504 | 529, .. } => Some("5xx"),
         // A timeout already cost the whole timeout; the next provider of a
@@ -269,6 +272,8 @@ mod tests {
         assert_eq!(retry_reason(&circuit_open("p", Duration::from_secs(1))), None);
         assert!(falls_back(&UpstreamError::Timeout("x".into())) && falls_back(&status(401)));
         assert!(!falls_back(&status(400)) && !falls_back(&status(422)));
+        let quota = crate::provider::map_error(&Default::default(), 402, br#"{"error":{"message":"no balance"}}"#);
+        assert!(retry_reason(&quota).is_none() && falls_back(&quota));
     }
 
     #[test]
