@@ -171,7 +171,11 @@ pub struct Options {
 pub struct Extractor {
     set: Arc<FormatSet>,
     tools: Arc<ToolIndex>,
+    /// Held text; `buf[head..]` is still undecided. Consuming text only moves
+    /// `head`, and the consumed prefix is dropped once per `feed`, so a chunk
+    /// that holds many calls is not shifted once per call.
     buf: String,
+    head: usize,
     state: State,
     at_start: bool,
     finished: bool,
@@ -193,6 +197,7 @@ impl Extractor {
             set,
             tools,
             buf: String::new(),
+            head: 0,
             state,
             at_start: true,
             finished: false,
@@ -206,6 +211,8 @@ impl Extractor {
         if self.finished || chunk.is_empty() {
             return;
         }
+        self.buf.drain(..self.head);
+        self.head = 0;
         self.buf.push_str(chunk);
         self.pump(false, out);
     }
@@ -240,29 +247,29 @@ impl Extractor {
     }
 
     fn step_text(&mut self, eof: bool, out: &mut Vec<Event>) -> bool {
-        if self.buf.is_empty() {
+        if self.rest().is_empty() {
             return false;
         }
         if self.at_start {
-            let first = self.buf.bytes().position(|b| !b.is_ascii_whitespace());
+            let first = self.rest().bytes().position(|b| !b.is_ascii_whitespace());
             match first {
                 None => {
-                    let ws = std::mem::take(&mut self.buf);
+                    let ws = self.take(self.rest().len());
                     self.text(ws, out);
                     return false;
                 }
                 // A marker or reasoning opener at the start (`[TOOL_CALLS]`,
                 // `[THINK]`) wins over a start byte; wait while it may be one.
-                Some(i) if self.set.start_byte[self.buf.as_bytes()[i] as usize] => {
-                    let rest = &self.buf.as_bytes()[i..];
+                Some(i) if self.set.start_byte[self.rest().as_bytes()[i] as usize] => {
+                    let rest = &self.rest().as_bytes()[i..];
                     let marker = self.set.patterns.iter().any(|(p, _)| rest.starts_with(p.as_bytes()));
                     if !marker && !eof && self.set.patterns.iter().any(|(p, _)| p.as_bytes().starts_with(rest)) {
                         return false;
                     }
                     if !marker {
-                        let ws: String = self.buf.drain(..i).collect();
+                        let ws = self.take(i);
                         self.text(ws, out);
-                        let byte = self.buf.as_bytes()[0];
+                        let byte = self.rest().as_bytes()[0];
                         let cands = (0..self.set.formats.len())
                             .filter(|f| self.set.formats[*f].start_bytes().contains(&byte))
                             .map(new_cand)
@@ -274,16 +281,16 @@ impl Extractor {
                 Some(_) => {}
             }
         }
-        let found = self.set.ac.as_ref().and_then(|ac| ac.find(self.buf.as_str()));
+        let found = self.set.ac.as_ref().and_then(|ac| ac.find(self.rest()));
         if let Some(m) = found {
-            if !eof && self.set.could_grow(&self.buf, m.start(), m.len()) {
+            if !eof && self.set.could_grow(self.rest(), m.start(), m.len()) {
                 self.emit_text_to(m.start(), out);
                 return false;
             }
             self.emit_text_to(m.start(), out);
             match &self.set.patterns[m.pattern().as_usize()].1 {
                 Pattern::Reasoning { close } => {
-                    self.buf.drain(..m.len());
+                    self.head += m.len();
                     self.state = State::Reasoning { close };
                 }
                 Pattern::Marker { formats } => {
@@ -293,23 +300,23 @@ impl Extractor {
             }
             return true;
         }
-        let hold = if eof { 0 } else { self.set.partial_suffix(&self.buf) };
-        self.emit_text_to(self.buf.len() - hold, out);
+        let hold = if eof { 0 } else { self.set.partial_suffix(self.rest()) };
+        self.emit_text_to(self.rest().len() - hold, out);
         false
     }
 
     fn step_reasoning(&mut self, close: &'static str, eof: bool, out: &mut Vec<Event>) -> bool {
-        if let Some(pos) = memmem::find(self.buf.as_bytes(), close.as_bytes()) {
-            let r: String = self.buf.drain(..pos).collect();
+        if let Some(pos) = memmem::find(self.rest().as_bytes(), close.as_bytes()) {
+            let r = self.take(pos);
             emit(out, Event::Reasoning(r));
-            self.buf.drain(..close.len());
+            self.head += close.len();
             self.state = State::Text;
             self.ws.clear();
             self.trim_next = true;
             return true;
         }
-        let hold = if eof { 0 } else { suffix_prefix_len(&self.buf, close) };
-        let r: String = self.buf.drain(..self.buf.len() - hold).collect();
+        let hold = if eof { 0 } else { suffix_prefix_len(self.rest(), close) };
+        let r = self.take(self.rest().len() - hold);
         emit(out, Event::Reasoning(r));
         false
     }
@@ -319,19 +326,20 @@ impl Extractor {
             return false;
         };
         let marker_len = *marker_len;
+        let buf = &self.buf[self.head..];
         let ctx = Ctx { tools: &self.tools, eof, at_start: self.at_start };
         let mut done: Option<args::Finished> = None;
         let mut i = 0;
         while i < cands.len() {
             let c = &mut cands[i];
-            if !eof && !satisfied(c, &self.buf) {
+            if !eof && !satisfied(c, buf) {
                 i += 1;
                 continue;
             }
             let format = self.set.formats[c.format];
-            match format.parse(&self.buf, &ctx) {
+            match format.parse(buf, &ctx) {
                 Step::Done(p) => match args::finish(p, format.name(), &self.tools) {
-                    Some(p) if p.consumed > 0 && p.consumed <= self.buf.len() => {
+                    Some(p) if p.consumed > 0 && p.consumed <= buf.len() => {
                         done = Some(p);
                         break;
                     }
@@ -339,12 +347,12 @@ impl Extractor {
                         cands.remove(i);
                     }
                 },
-                Step::Need(w) if !eof && self.buf.len() <= MAX_REGION => {
+                Step::Need(w) if !eof && buf.len() <= MAX_REGION => {
                     if w != c.wait {
                         *c = Cand { wait: w, ..new_cand(c.format) };
                     }
                     // Re-check at once: the condition may already hold.
-                    if satisfied(c, &self.buf) {
+                    if satisfied(c, buf) {
                         continue;
                     }
                     i += 1;
@@ -355,7 +363,7 @@ impl Extractor {
             }
         }
         if let Some(p) = done {
-            self.buf.drain(..p.consumed);
+            self.head += p.consumed;
             self.state = State::Text;
             emit(out, Event::Reasoning(p.reasoning));
             self.text(p.content, out);
@@ -368,9 +376,9 @@ impl Extractor {
             }
             return true;
         }
-        if cands.is_empty() || self.buf.len() > MAX_REGION {
+        if cands.is_empty() || buf.len() > MAX_REGION {
             // Not a call after all: the marker is text; scan on after it.
-            let cut = ceil_char_boundary(&self.buf, marker_len);
+            let cut = ceil_char_boundary(buf, marker_len);
             self.state = State::Text;
             self.emit_text_to(cut, out);
             return true;
@@ -382,8 +390,20 @@ impl Extractor {
         if end == 0 {
             return;
         }
-        let t: String = self.buf.drain(..end).collect();
+        let t = self.take(end);
         self.text(t, out);
+    }
+
+    /// The undecided text.
+    fn rest(&self) -> &str {
+        &self.buf[self.head..]
+    }
+
+    /// Consumes the next `n` undecided bytes (a char boundary) as a string.
+    fn take(&mut self, n: usize) -> String {
+        let t = self.buf[self.head..self.head + n].to_string();
+        self.head += n;
+        t
     }
 
     /// Emits visible text, holding trailing whitespace back (see `ws`).
