@@ -1,0 +1,980 @@
+#!/usr/bin/env python3
+"""modelshim benchmark harness (issue #9). Run it through `bash bench/run`,
+which installs the tools first; see bench/README.md for the lanes and method.
+
+Everything listens on 127.0.0.1 only, every load run is bounded in time, and
+every process this script starts is stopped by its pid when it ends.
+
+Targets (what a request is sent to):
+  direct     the upstream itself (nginx serving canned bodies / the paced mock)
+  nginx      nginx `proxy_pass` in front of the same upstream: the practical limit
+  modelshim  the release binary, one provider per lane pointing at the upstream
+  litellm    `litellm --config`, one openai-compatible model per lane (plain lanes)
+
+Lanes (what is asked): see LANES below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import os
+import platform
+import resource
+import shlex
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# lane -> (description, upstream body file, streamed?, tools declared?)
+LANES = {
+    "plain": ("non-streamed chat completion (64-token answer)", "plain.json", False, False),
+    "stream": ("streamed, 64 content chunks", "stream.sse", True, False),
+    "stream8": ("streamed, 8 content chunks (for the per-chunk CPU slope)", "stream8.sse", True, False),
+    "tools": ("non-streamed, hermes <tool_call> in the text, recovered", "tools.json", False, True),
+    "toolsstream": ("streamed 64 chunks, hermes <tool_call> split across chunks, recovered", "toolsstream.sse", True, True),
+}
+# LiteLLM runs the plain lanes only (it recovers no text tool calls).
+LITELLM_LANES = ["plain", "stream"]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather for a city",
+            "parameters": {
+                "type": "object",
+                "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}},
+                "required": ["city"],
+            },
+        },
+    }
+]
+
+
+def log(msg: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- fixtures
+
+
+def _chunk(delta: dict, finish: str | None = None) -> dict:
+    return {
+        "id": "chatcmpl-bench",
+        "object": "chat.completion.chunk",
+        "created": 1700000000,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+def _sse(pieces: list[str]) -> bytes:
+    """An upstream stream: one content delta per piece, a finish chunk, [DONE]."""
+    out = []
+    for i, p in enumerate(pieces):
+        d = {"role": "assistant", "content": p} if i == 0 else {"content": p}
+        out.append(_chunk(d))
+    out.append(_chunk({}, "stop"))
+    body = b"".join(b"data: " + json.dumps(c, separators=(",", ":")).encode() + b"\n\n" for c in out)
+    return body + b"data: [DONE]\n\n"
+
+
+def _completion(text: str) -> bytes:
+    return json.dumps(
+        {
+            "id": "chatcmpl-bench",
+            "object": "chat.completion",
+            "created": 1700000000,
+            "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 12, "completion_tokens": 64, "total_tokens": 76},
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def _split(text: str, n: int) -> list[str]:
+    """`text` in `n` nearly equal consecutive pieces."""
+    k, r = divmod(len(text), n)
+    out, at = [], 0
+    for i in range(n):
+        size = k + (1 if i < r else 0)
+        out.append(text[at : at + size])
+        at += size
+    return out
+
+
+def write_fixtures(work: Path) -> None:
+    """Upstream bodies (served by nginx) and client request bodies (sent by wrk)."""
+    up = work / "upstream"
+    words = [f"word{i} " for i in range(64)]
+    tool_text = (
+        "Let me look that up for you; one moment while I check the current conditions. "
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>'
+    )
+    bodies = {
+        "plain": _completion("".join(words)),
+        "stream": _sse(words),
+        "stream8": _sse(words[:8]),
+        "tools": _completion(tool_text),
+        "toolsstream": _sse(_split(tool_text, 64)),
+    }
+    for lane, body in bodies.items():
+        d = up / lane / "v1" / "chat"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "completions").write_bytes(body)
+    req = work / "requests"
+    req.mkdir(exist_ok=True)
+    for lane in list(LANES) + ["paced", "slow"]:
+        streamed = LANES[lane][2] if lane in LANES else True
+        tools = LANES[lane][3] if lane in LANES else False
+        r: dict = {"model": f"{lane}/m", "messages": [{"role": "user", "content": "Say something."}], "max_tokens": 128}
+        if streamed:
+            r["stream"] = True
+        if tools:
+            r["tools"] = TOOLS
+        (req / f"{lane}.json").write_text(json.dumps(r))
+
+
+# ---------------------------------------------------------------- configs
+
+
+def nginx_upstream_conf(work: Path, port: int) -> str:
+    p = work / "nginx-upstream"
+    locs = []
+    for lane, (_, _, streamed, _) in LANES.items():
+        ctype = "text/event-stream" if streamed else "application/json"
+        # The static module answers POST with 405; error_page turns that into
+        # the file itself, so the canned body is served for a POST.
+        locs.append(f"    location /{lane}/ {{ default_type {ctype}; error_page 405 =200 $uri; }}")
+    return f"""# Fast upstream: canned bodies from static files (generated by bench/bench.py).
+daemon off;
+master_process on;
+worker_processes 1;
+error_log {p}/error.log warn;
+pid {p}/nginx.pid;
+events {{ worker_connections 8192; }}
+http {{
+  access_log off;
+  client_body_temp_path {p}/tmp-body;
+  proxy_temp_path {p}/tmp-proxy;
+  keepalive_requests 1000000;
+  keepalive_timeout 120s;
+  etag off;
+  server {{
+    listen 127.0.0.1:{port} backlog=4096;
+    root {work}/upstream;
+    location = /healthz {{ return 200 "ok"; }}
+{chr(10).join(locs)}
+  }}
+}}
+"""
+
+
+def nginx_proxy_conf(work: Path, port: int, up: int, paced: int, slow: int) -> str:
+    p = work / "nginx-proxy"
+    return f"""# The practical limit: nginx proxy_pass, keep-alive upstream, no buffering
+# (so streams are relayed chunk by chunk, like modelshim does).
+daemon off;
+master_process on;
+worker_processes auto;
+worker_rlimit_nofile 20000;
+error_log {p}/error.log warn;
+pid {p}/nginx.pid;
+events {{ worker_connections 8192; }}
+http {{
+  access_log off;
+  client_body_temp_path {p}/tmp-body;
+  proxy_temp_path {p}/tmp-proxy;
+  keepalive_requests 1000000;
+  upstream fast  {{ server 127.0.0.1:{up};    keepalive 256; keepalive_requests 1000000; }}
+  upstream paced {{ server 127.0.0.1:{paced}; keepalive 256; }}
+  upstream slow  {{ server 127.0.0.1:{slow};  keepalive 256; }}
+  proxy_http_version 1.1;
+  proxy_set_header Connection "";
+  proxy_buffering off;
+  proxy_read_timeout 300s;
+  server {{
+    listen 127.0.0.1:{port} backlog=4096;
+    location = /healthz {{ return 200 "ok"; }}
+    location /paced/ {{ proxy_pass http://paced; }}
+    location /slow/  {{ proxy_pass http://slow; }}
+    location /       {{ proxy_pass http://fast; }}
+  }}
+}}
+"""
+
+
+def modelshim_conf(port: int, up: int, paced: int, slow: int) -> str:
+    lines = [f'listen = "127.0.0.1:{port}"', ""]
+
+    def provider(name: str, base: str, mode: str, formats: list[str] | None = None) -> None:
+        lines.append(f"[providers.{name}]")
+        lines.append('profile = "vllm"            # a self-hosted OpenAI-compatible server')
+        lines.append(f'base_url = "{base}"')
+        lines.append('api_key_env = "MODELSHIM_BENCH_NO_KEY"')
+        lines.append(f'tool_calls = "{mode}"')
+        if formats:
+            lines.append(f"formats = {json.dumps(formats)}")
+        lines.append('models = ["m"]')
+        lines.append("")
+
+    for lane, (_, _, _, tools) in LANES.items():
+        if tools:
+            provider(lane, f"http://127.0.0.1:{up}/{lane}/v1", "auto", ["hermes"])
+        else:
+            provider(lane, f"http://127.0.0.1:{up}/{lane}/v1", "native")
+    provider("paced", f"http://127.0.0.1:{paced}/paced/v1", "native")
+    provider("slow", f"http://127.0.0.1:{slow}/slow/v1", "native")
+    return "\n".join(lines)
+
+
+def litellm_conf(up: int, paced: int, slow: int) -> str:
+    models = []
+    bases = {lane: f"http://127.0.0.1:{up}/{lane}/v1" for lane in LITELLM_LANES}
+    bases["paced"] = f"http://127.0.0.1:{paced}/paced/v1"
+    bases["slow"] = f"http://127.0.0.1:{slow}/slow/v1"
+    for lane, base in bases.items():
+        models.append(
+            f"  - model_name: {lane}/m\n"
+            f"    litellm_params:\n"
+            f"      model: openai/m\n"
+            f"      api_base: {base}\n"
+            f"      api_key: none\n"
+        )
+    return "model_list:\n" + "".join(models) + "litellm_settings:\n  telemetry: false\n  drop_params: true\n"
+
+
+# ---------------------------------------------------------------- processes
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Procs:
+    """The processes this run started; stopped by pid (their own session) at exit."""
+
+    def __init__(self, logs: Path):
+        self.logs = logs
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
+        out = open(self.logs / f"{name}.log", "ab")
+        p = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, start_new_session=True, cwd=str(ROOT),
+        )
+        self.procs[name] = p
+        return p
+
+    def stop(self, name: str) -> None:
+        p = self.procs.pop(name, None)
+        if p is None or p.poll() is not None:
+            return
+        try:
+            os.killpg(p.pid, signal.SIGTERM)  # its own process group only
+            p.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=5)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            self.stop(name)
+
+
+def http_status(port: int, path: str, timeout: float = 1.0) -> int | None:
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+        c.request("GET", path)
+        r = c.getresponse()
+        r.read()
+        c.close()
+        return r.status
+    except (OSError, http.client.HTTPException):
+        return None
+
+
+def wait_ready(port: int, path: str, timeout: float, proc: subprocess.Popen | None = None, poll: float = 0.0005) -> float | None:
+    """Seconds until GET path answers 200 (polled every `poll` s), None on timeout."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        if proc is not None and proc.poll() is not None:
+            return None
+        if http_status(port, path, timeout=2.0) == 200:
+            return time.perf_counter() - t0
+        time.sleep(poll)
+    return None
+
+
+def wait_port(port: int, timeout: float) -> bool:
+    """True once something accepts TCP connections on the port."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            time.sleep(0.01)
+    return False
+
+
+def _tree(pid: int) -> list[int]:
+    """pid and all its descendants (nginx workers, uvicorn workers)."""
+    parents: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        parents.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(parents.get(p, []))
+    return out
+
+
+def rss_kib(pid: int) -> int:
+    """VmRSS of a process and its descendants, KiB."""
+    total = 0
+    for p in _tree(pid):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime+stime of a process (all threads) and its live descendants, seconds."""
+    ticks = 0
+    for p in _tree(pid):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return ticks / CLK_TCK
+
+
+# ---------------------------------------------------------------- measurements
+
+
+class Target:
+    def __init__(self, name: str, port: int, pid: int | None, direct_paths: bool):
+        self.name, self.port, self.pid, self.direct_paths = name, port, pid, direct_paths
+
+    def path(self, lane: str) -> str:
+        # direct and nginx take the upstream's path; the proxies their own.
+        return f"/{lane}/v1/chat/completions" if self.direct_paths else "/v1/chat/completions"
+
+
+def sanity(t: Target, lane: str, port: int, work: Path) -> str | None:
+    """One request end to end; an error string, or None when the answer is right."""
+    body = (work / "requests" / f"{lane}.json").read_bytes()
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        c.request("POST", t.path(lane), body, {"Content-Type": "application/json"})
+        r = c.getresponse()
+        data = r.read()
+        c.close()
+    except (OSError, http.client.HTTPException) as e:
+        return f"{type(e).__name__}: {e}"
+    if r.status != 200:
+        return f"HTTP {r.status}: {data[:300]!r}"
+    streamed = LANES[lane][2] if lane in LANES else True
+    if streamed:
+        n = data.count(b"data:")
+        if b"[DONE]" not in data or n < 3:
+            return f"not a complete SSE stream ({n} data lines): {data[:300]!r}"
+    else:
+        try:
+            json.loads(data)
+        except ValueError:
+            return f"not JSON: {data[:300]!r}"
+    tools = LANES[lane][3] if lane in LANES else False
+    # The point of the tools lanes: the call in the text comes back as tool_calls.
+    if tools and t.name == "modelshim" and b'"tool_calls"' not in data:
+        return "tool call not recovered"
+    return None
+
+
+def wrk(url: str, body: Path, conns: int, threads: int, secs: float) -> dict:
+    argv = ["wrk", f"-t{threads}", f"-c{conns}", f"-d{max(1, round(secs))}s", "--timeout", "30s",
+            "-s", str(BENCH / "post.lua"), url]
+    env = dict(os.environ, WRK_BODY=str(body))
+    out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=secs + 60)
+    for line in out.stdout.splitlines():
+        if line.startswith("WRK_JSON "):
+            r = json.loads(line[len("WRK_JSON "):])
+            r["rps"] = r["requests"] / (r["duration_us"] / 1e6) if r["duration_us"] else 0.0
+            r["errors"] = r["err_connect"] + r["err_read"] + r["err_write"] + r["err_status"] + r["err_timeout"]
+            return r
+    raise RuntimeError(f"wrk printed no summary: {out.stdout[-500:]} {out.stderr[-500:]}")
+
+
+def load_lane(t: Target, lane: str, a: argparse.Namespace, work: Path) -> dict:
+    """Throughput at fixed concurrency (with proxy CPU per request), then latency at concurrency 1."""
+    url = f"http://127.0.0.1:{t.port}{t.path(lane)}"
+    body = work / "requests" / f"{lane}.json"
+    # LiteLLM answers tens of requests per second: at 64 connections a short
+    # run would end before the first answers, so it always gets at least 10 s.
+    secs = max(a.duration, 10) if t.name == "litellm" else a.duration
+    wrk(url, body, a.connections, a.threads, a.warmup)  # warm pools and caches
+    cpu0 = cpu_seconds(t.pid) if t.pid else None
+    tp = wrk(url, body, a.connections, a.threads, secs)
+    cpu1 = cpu_seconds(t.pid) if t.pid else None
+    res = {"rps": tp["rps"], "requests": tp["requests"], "errors": tp["errors"], "tp_p50_us": tp["p50_us"], "tp_p99_us": tp["p99_us"]}
+    if cpu0 is not None and tp["requests"]:
+        res["cpu_us_per_req"] = (cpu1 - cpu0) * 1e6 / tp["requests"]
+    lat = wrk(url, body, 1, 1, max(a.latency_duration, 5) if t.name == "litellm" else a.latency_duration)
+    res.update({"c1_p50_us": lat["p50_us"], "c1_p90_us": lat["p90_us"], "c1_p99_us": lat["p99_us"],
+                "c1_mean_us": lat["mean_us"], "c1_requests": lat["requests"], "c1_errors": lat["errors"]})
+    return res
+
+
+def ttft_run(t: Target, lane: str, port: int, n: int, work: Path, max_secs: float = 90.0) -> dict:
+    """n sequential streams on one keep-alive connection (stopping early after
+    max_secs): time to the first content token, and to the end of the stream,
+    from just before the request is sent."""
+    deadline = time.perf_counter() + max_secs
+    body = (work / "requests" / f"{lane}.json").read_bytes()
+    hdrs = {"Content-Type": "application/json"}
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    ttfts, totals, chunks, errors = [], [], [], 0
+    for i in range(n + 3):  # 3 warm-up streams, not recorded
+        if time.perf_counter() > deadline:
+            break
+        t0 = time.perf_counter_ns()
+        try:
+            c.request("POST", t.path(lane), body, hdrs)
+            r = c.getresponse()
+            first, count = None, 0
+            while True:
+                line = r.readline()
+                if not line:
+                    break
+                if not line.startswith(b"data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    continue
+                count += 1
+                if first is None:
+                    try:
+                        ch = json.loads(payload).get("choices") or [{}]
+                        if (ch[0].get("delta") or {}).get("content"):
+                            first = time.perf_counter_ns()
+                    except ValueError:
+                        pass
+            end = time.perf_counter_ns()
+            if r.status != 200 or first is None:
+                errors += 1
+                continue
+        except (OSError, http.client.HTTPException):
+            errors += 1
+            c.close()
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            continue
+        if i >= 3:
+            ttfts.append((first - t0) / 1000)
+            totals.append((end - t0) / 1000)
+            chunks.append(count)
+    c.close()
+    if not ttfts:
+        return {"errors": errors}
+    return {
+        "streams": len(ttfts), "errors": errors,
+        "ttft_p50_us": pct(ttfts, 50), "ttft_p99_us": pct(ttfts, 99),
+        "total_p50_us": pct(totals, 50), "chunks": statistics.median(chunks),
+    }
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, max(0, round(p / 100 * len(s) + 0.5) - 1))]
+
+
+async def _hold_streams(port: int, path: str, body: bytes, n: int, timeout: float, sample) -> dict:
+    """Open n concurrent streams, wait until each got its first content chunk,
+    sample memory while all are open, then close them all."""
+    req = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    ready = 0
+    all_ready = asyncio.Event()
+    release = asyncio.Event()
+    writers = []
+    sem = asyncio.Semaphore(200)  # bound the connect burst
+
+    async def one() -> None:
+        nonlocal ready
+        try:
+            async with sem:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                writers.append(writer)
+                writer.write(req)
+                await writer.drain()
+                buf = b""
+                while b'"content":"word' not in buf:
+                    data = await reader.read(65536)
+                    if not data:
+                        return
+                    buf = (buf + data)[-4096:]
+            ready += 1
+            if ready == n:
+                all_ready.set()
+            await release.wait()
+        except (OSError, asyncio.IncompleteReadError):
+            return
+
+    tasks = [asyncio.create_task(one()) for _ in range(n)]
+    t0 = time.perf_counter()
+    try:
+        await asyncio.wait_for(all_ready.wait(), timeout)
+    except asyncio.TimeoutError:
+        pass
+    open_secs = time.perf_counter() - t0
+    await asyncio.sleep(1.0)  # let allocations settle
+    peak = max(sample() for _ in range(3))
+    release.set()
+    for task in tasks:  # also the ones still connecting or waiting for a first chunk
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    for w in writers:
+        w.close()
+    return {"ready": ready, "open_secs": open_secs, "rss_open_kib": peak}
+
+
+def hold_streams(t: Target, n: int, timeout: float, work: Path) -> dict:
+    body = (work / "requests" / "slow.json").read_bytes()
+    before = rss_kib(t.pid)
+    r = asyncio.run(_hold_streams(t.port, t.path("slow"), body, n, timeout, lambda: rss_kib(t.pid)))
+    time.sleep(2.0)
+    r["rss_before_kib"] = before
+    r["rss_after_close_kib"] = rss_kib(t.pid)
+    if r["ready"]:
+        r["kib_per_1000"] = (r["rss_open_kib"] - before) * 1000 / r["ready"]
+    return r
+
+
+def startup(binary: Path, conf: Path, port: int, runs: int, procs: Procs) -> dict:
+    """Exec to the first 200 on /healthz, `runs` times; idle RSS of the last one."""
+    times, idle = [], None
+    for i in range(runs):
+        t0 = time.perf_counter()
+        p = procs.start("modelshim-startup", [str(binary), "serve", "--config", str(conf)])
+        ok = wait_ready(port, "/healthz", 10.0, p, poll=0.0002)
+        if ok is not None:
+            times.append((time.perf_counter() - t0) * 1000)
+        if i == runs - 1 and ok is not None:
+            time.sleep(1.0)
+            idle = rss_kib(p.pid)
+        procs.stop("modelshim-startup")
+        time.sleep(0.3)
+    return {"runs": len(times), "ms_p50": statistics.median(times) if times else None,
+            "ms_max": max(times) if times else None, "idle_rss_kib": idle}
+
+
+def perf_profile(pid: int, url: str, body: Path, secs: float, work: Path) -> str:
+    """Flat perf profile of modelshim under the streamed lane (self time per symbol)."""
+    data = work / "perf.data"
+    rec = subprocess.Popen(["perf", "record", "-F", "1999", "-g", "-p", str(pid), "-o", str(data), "--", "sleep", str(secs)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(0.3)
+    wrk(url, body, 16, 1, secs)
+    _, err = rec.communicate(timeout=secs + 60)
+    if rec.returncode != 0:
+        return f"perf record failed: {err.decode(errors='replace')[-500:]}"
+    rep = subprocess.run(["perf", "report", "-i", str(data), "--stdio", "--no-children", "--sort", "dso,symbol",
+                          "-g", "none", "--percent-limit", "0.7"], capture_output=True, text=True, timeout=300)
+    return rep.stdout
+
+
+# ---------------------------------------------------------------- report
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = 0
+    for line in open("/proc/meminfo"):
+        if line.startswith("MemTotal:"):
+            mem = int(line.split()[1]) // 1024
+    load = open("/proc/loadavg").read().split()[:3]
+    return {"nproc": os.cpu_count(), "cpu": cpu, "mem_mib": mem, "kernel": platform.release(),
+            "loadavg_start": " ".join(load)}
+
+
+def fmt(x, unit: str = "", digits: int = 0) -> str:
+    if x is None:
+        return "–"
+    return f"{x:,.{digits}f}{unit}"
+
+
+def render(res: dict) -> str:
+    m, a = res["machine"], res["args"]
+    L: list[str] = []
+    L.append("# modelshim benchmark results\n")
+    if res.get("label"):
+        L.append(f"> **{res['label']}**\n")
+    L.append(f"- date: {res['date']}")
+    L.append(f"- machine: {m['nproc']} CPUs ({m['cpu']}), {m['mem_mib']:,} MiB RAM, Linux {m['kernel']}")
+    L.append(f"- load average at start / end: {m['loadavg_start']} / {res.get('loadavg_end', '?')}")
+    L.append(f"- modelshim: {res['modelshim_version']}; nginx: {res['versions'].get('nginx', '?')}; "
+             f"wrk: {res['versions'].get('wrk', '?')}; LiteLLM: {res['versions'].get('litellm', 'not run')}")
+    L.append(f"- command: `{res['command']}`")
+    L.append(f"- load: wrk, {a['threads']} threads, {a['connections']} connections, {a['duration']} s per lane "
+             f"(after {a['warmup']} s warm-up); latency at concurrency 1 for {a['latency_duration']} s; "
+             f"all on 127.0.0.1, everything sharing the same {m['nproc']} CPUs\n")
+
+    L.append("## Throughput (requests/s at fixed concurrency)\n")
+    L.append("| lane | direct | nginx proxy_pass | modelshim | LiteLLM | modelshim / nginx | modelshim / LiteLLM |")
+    L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    lr = res["load"]
+    for lane in LANES:
+        g = lambda t: (lr.get(t, {}).get(lane) or {}).get("rps")  # noqa: E731
+        d, n, s, ll = g("direct"), g("nginx"), g("modelshim"), g("litellm")
+        L.append(f"| {lane} | {fmt(d)} | {fmt(n)} | {fmt(s)} | {fmt(ll)} | "
+                 f"{fmt(s / n if s and n else None, '×', 2)} | {fmt(s / ll if s and ll else None, '×', 1)} |")
+    errs = [f"{t}/{lane}: {v['errors']}" for t, lanes in lr.items() for lane, v in lanes.items() if v and v.get("errors")]
+    if errs:
+        L.append(f"\nwrk errors (timeouts, non-2xx): {', '.join(errs)}")
+
+    L.append("\n## Latency at concurrency 1 (µs; added = target − direct)\n")
+    L.append("| lane | direct p50 / p99 | nginx p50 / p99 (added) | modelshim p50 / p99 (added) | LiteLLM p50 / p99 (added) |")
+    L.append("| --- | ---: | ---: | ---: | ---: |")
+    for lane in LANES:
+        d = lr.get("direct", {}).get(lane)
+        cells = []
+        for t in ("nginx", "modelshim", "litellm"):
+            v = lr.get(t, {}).get(lane)
+            if not v or not d:
+                cells.append("–")
+                continue
+            if not v.get("c1_requests"):
+                cells.append("no request finished")
+                continue
+            cells.append(f"{v['c1_p50_us']:,} / {v['c1_p99_us']:,} ({v['c1_p50_us'] - d['c1_p50_us']:+,} / "
+                         f"{v['c1_p99_us'] - d['c1_p99_us']:+,})")
+        dd = f"{d['c1_p50_us']:,} / {d['c1_p99_us']:,}" if d else "–"
+        L.append(f"| {lane} | {dd} | " + " | ".join(cells) + " |")
+
+    L.append("\n## Proxy CPU per request (µs, from /proc utime+stime during the throughput run)\n")
+    L.append("| lane | nginx proxy_pass | modelshim | LiteLLM |")
+    L.append("| --- | ---: | ---: | ---: |")
+    for lane in LANES:
+        cells = [fmt((lr.get(t, {}).get(lane) or {}).get("cpu_us_per_req"), "", 1) for t in ("nginx", "modelshim", "litellm")]
+        L.append(f"| {lane} | " + " | ".join(cells) + " |")
+    pc = res.get("per_chunk_cpu_us", {})
+    L.append(f"\nCPU per re-emitted chunk = (CPU/request of `stream` − of `stream8`) / 56: "
+             f"modelshim {fmt(pc.get('modelshim'), ' µs', 2)}, nginx {fmt(pc.get('nginx'), ' µs', 2)}.")
+
+    L.append("\n## Streams: time to first token (paced upstream, 64 chunks 1 ms apart, sequential streams)\n")
+    L.append("| target | streams | TTFT p50 | TTFT p99 | added TTFT p50 | stream total p50 | chunks seen |")
+    L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    tt = res.get("ttft", {})
+    d = tt.get("direct") or {}
+    for t, v in tt.items():
+        if not v or "ttft_p50_us" not in v:
+            L.append(f"| {t} | failed ({v}) | | | | | |")
+            continue
+        added = v["ttft_p50_us"] - d["ttft_p50_us"] if d.get("ttft_p50_us") is not None else None
+        L.append(f"| {t} | {v['streams']} | {fmt(v['ttft_p50_us'], ' µs')} | {fmt(v['ttft_p99_us'], ' µs')} | "
+                 f"{fmt(added, ' µs')} | {fmt(v['total_p50_us'] / 1000, ' ms', 1)} | {v['chunks']:.0f} |")
+
+    L.append("\n## Memory and startup\n")
+    L.append("| target | idle RSS | RSS before streams | RSS with N open streams | per 1,000 open streams | after close | startup to first 200 |")
+    L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    mem = res.get("memory", {})
+    for t in ("nginx", "modelshim", "litellm"):
+        v = mem.get(t)
+        idle = res.get("idle_rss_kib", {}).get(t)
+        st = res.get("startup", {}).get(t) or {}
+        if v is None and idle is None:
+            continue
+        v = v or {}
+        L.append(
+            f"| {t} | {fmt(idle / 1024 if idle else None, ' MiB', 1)} | "
+            f"{fmt(v.get('rss_before_kib', 0) / 1024 if v else None, ' MiB', 1)} | "
+            f"{fmt(v.get('rss_open_kib', 0) / 1024 if v else None, ' MiB', 1)} (N={v.get('ready', '–')}) | "
+            f"{fmt(v.get('kib_per_1000', 0) / 1024 if v.get('kib_per_1000') is not None else None, ' MiB', 1)} | "
+            f"{fmt(v.get('rss_after_close_kib', 0) / 1024 if v else None, ' MiB', 1)} | "
+            f"{fmt(st.get('ms_p50'), ' ms', 1)}{' (max ' + fmt(st.get('ms_max'), ' ms', 1) + ')' if st.get('ms_max') else ''} |")
+    L.append("\nRSS is VmRSS summed over the process and its children (nginx workers, uvicorn workers).")
+
+    L.append("\n## Targets\n")
+    L.append("| target | measured | verdict |")
+    L.append("| --- | --- | --- |")
+    for name, measured, ok in res.get("targets", []):
+        L.append(f"| {name} | {measured} | {'met' if ok else 'missed' if ok is not None else 'not measured'} |")
+
+    if res.get("sanity_failures"):
+        L.append("\n## End-to-end check failures\n")
+        for f in res["sanity_failures"]:
+            L.append(f"- {f}")
+    if res.get("profile"):
+        L.append("\n## Profile (perf, modelshim, streamed lane; self time)\n")
+        L.append("```")
+        prof = [ln.rstrip()[:160] for ln in res["profile"].splitlines() if ln.strip() and not ln.startswith("#")]
+        L.append("\n".join(prof[:40]))
+        L.append("```")
+    return "\n".join(L) + "\n"
+
+
+def targets(res: dict) -> list[tuple[str, str, bool | None]]:
+    lr, out = res["load"], []
+    ms, ng, d, ll = (lr.get(k, {}) for k in ("modelshim", "nginx", "direct", "litellm"))
+
+    def g(x: dict, lane: str, k: str):
+        return (x.get(lane) or {}).get(k)
+
+    s, n = g(ms, "plain", "rps"), g(ng, "plain", "rps")
+    out.append(("non-streamed throughput ≥ 0.8× nginx proxy_pass",
+                f"{fmt(s)} vs {fmt(n)} req/s = {fmt(s / n if s and n else None, '×', 2)}", s / n >= 0.8 if s and n else None))
+    for k, lim in (("c1_p50_us", 100), ("c1_p99_us", 300)):
+        a, b = g(ms, "plain", k), g(d, "plain", k)
+        added = a - b if a is not None and b is not None else None
+        out.append((f"added latency at c=1, {k[3:6]} ≤ {lim} µs (plain lane)", fmt(added, " µs"),
+                    added <= lim if added is not None else None))
+    tt = res.get("ttft", {})
+    a, b = (tt.get("modelshim") or {}).get("ttft_p50_us"), (tt.get("direct") or {}).get("ttft_p50_us")
+    added = a - b if a is not None and b is not None else None
+    out.append(("added time-to-first-token ≤ 200 µs (p50)", fmt(added, " µs"), added <= 200 if added is not None else None))
+    pc = res.get("per_chunk_cpu_us", {}).get("modelshim")
+    out.append(("≤ 2 µs CPU per re-emitted chunk", fmt(pc, " µs", 2), pc <= 2 if pc is not None else None))
+    idle = res.get("idle_rss_kib", {}).get("modelshim")
+    out.append(("idle RSS ≤ 20 MiB", fmt(idle / 1024 if idle else None, " MiB", 1), idle / 1024 <= 20 if idle else None))
+    per = (res.get("memory", {}).get("modelshim") or {}).get("kib_per_1000")
+    out.append(("≤ 32 MiB per 1,000 open streams", fmt(per / 1024 if per is not None else None, " MiB", 1),
+                per / 1024 <= 32 if per is not None else None))
+    st = (res.get("startup", {}).get("modelshim") or {}).get("ms_p50")
+    out.append(("ready ≤ 100 ms after start", fmt(st, " ms", 1), st <= 100 if st is not None else None))
+    for lane in LITELLM_LANES:
+        s, l2 = g(ms, lane, "rps"), g(ll, lane, "rps")
+        out.append((f"≥ 50× LiteLLM throughput ({lane} lane)", fmt(s / l2 if s and l2 else None, "×", 1),
+                    s / l2 >= 50 if s and l2 else None))
+    return out
+
+
+# ---------------------------------------------------------------- main
+
+
+def version(argv: list[str]) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        text = (out.stdout + out.stderr).strip().splitlines()
+        return text[0] if text else "?"
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="modelshim benchmark harness")
+    ap.add_argument("--quick", action="store_true", help="short runs (validation, not numbers)")
+    ap.add_argument("--binary", default=str(ROOT / "target" / "release" / "modelshim"))
+    ap.add_argument("--litellm", default="", help="path to the litellm executable; empty = skip LiteLLM")
+    ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--duration", type=float, default=None)
+    ap.add_argument("--latency-duration", type=float, default=None)
+    ap.add_argument("--warmup", type=float, default=None)
+    ap.add_argument("--streams", type=int, default=None, help="sequential streams for TTFT")
+    ap.add_argument("--open-streams", type=int, default=1000, help="concurrent streams for the memory test")
+    ap.add_argument("--startup-runs", type=int, default=None)
+    ap.add_argument("--profile", action="store_true", help="perf profile of modelshim in the streamed lane")
+    ap.add_argument("--lanes", default=",".join(LANES), help="comma-separated subset of lanes")
+    ap.add_argument("--label", default="", help="a note printed at the top of the results")
+    ap.add_argument("--out", default=str(BENCH / "results" / "latest.md"))
+    ap.add_argument("--command", default="", help="the command line to record (set by bench/run)")
+    a = ap.parse_args()
+    q = a.quick
+    a.duration = a.duration or (3 if q else 15)
+    a.latency_duration = a.latency_duration or (3 if q else 10)
+    a.warmup = a.warmup or (1 if q else 2)
+    a.streams = a.streams or (30 if q else 300)
+    a.startup_runs = a.startup_runs or (3 if q else 10)
+    lanes = [x for x in a.lanes.split(",") if x in LANES]
+
+    # Thousands of open streams: raise the descriptor limit for us and our children.
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+    work = ROOT / "target" / "bench-run"
+    subprocess.run(["rm", "-rf", str(work)], check=True)
+    for d in ("logs", "nginx-upstream/tmp-body", "nginx-upstream/tmp-proxy", "nginx-proxy/tmp-body", "nginx-proxy/tmp-proxy"):
+        (work / d).mkdir(parents=True, exist_ok=True)
+    write_fixtures(work)
+
+    ports = {k: free_port() for k in ("up", "paced", "slow", "nginx", "modelshim", "litellm")}
+    (work / "nginx-upstream" / "nginx.conf").write_text(nginx_upstream_conf(work, ports["up"]))
+    (work / "nginx-proxy" / "nginx.conf").write_text(
+        nginx_proxy_conf(work, ports["nginx"], ports["up"], ports["paced"], ports["slow"]))
+    (work / "modelshim.toml").write_text(modelshim_conf(ports["modelshim"], ports["up"], ports["paced"], ports["slow"]))
+    (work / "litellm.yaml").write_text(litellm_conf(ports["up"], ports["paced"], ports["slow"]))
+
+    res: dict = {
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(), "label": a.label,
+        "command": a.command or " ".join(shlex.quote(x) for x in sys.argv),
+        "args": {k: getattr(a, k) for k in ("connections", "threads", "duration", "latency_duration", "warmup", "streams", "open_streams")},
+        "versions": {"nginx": version(["nginx", "-v"]).replace("nginx version: ", ""),
+                     "wrk": version(["wrk", "-v"]).split(" [")[0]},
+        "modelshim_version": version([a.binary, "--version"]),
+        "load": {}, "ttft": {}, "memory": {}, "idle_rss_kib": {}, "startup": {}, "sanity_failures": [],
+    }
+    procs = Procs(work / "logs")
+
+    def on_signal(signum, _frame):
+        procs.stop_all()
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        # Upstreams and the nginx proxy.
+        log(f"work dir {work}; ports {ports}")
+        up = procs.start("nginx-upstream", ["nginx", "-p", str(work / "nginx-upstream"), "-c", str(work / "nginx-upstream" / "nginx.conf")])
+        procs.start("paced-upstream", [sys.executable, str(BENCH / "paced_upstream.py"), "--port", str(ports["paced"]),
+                                       "--chunks", "64", "--interval-ms", "1"])
+        procs.start("slow-upstream", [sys.executable, str(BENCH / "paced_upstream.py"), "--port", str(ports["slow"]),
+                                      "--chunks", "120", "--interval-ms", "500"])
+        ng = procs.start("nginx-proxy", ["nginx", "-p", str(work / "nginx-proxy"), "-c", str(work / "nginx-proxy" / "nginx.conf")])
+        for name, port in (("upstream", ports["up"]), ("nginx proxy", ports["nginx"])):
+            if wait_ready(port, "/healthz", 10, None, 0.01) is None:
+                raise RuntimeError(f"{name} did not start (see {work}/logs)")
+        for name in ("paced", "slow"):
+            if not wait_port(ports[name], 10):
+                raise RuntimeError(f"{name} upstream did not start (see {work}/logs)")
+
+        # modelshim: startup time (several fresh starts), then the instance under test.
+        log("modelshim: startup time and idle RSS")
+        res["startup"]["modelshim"] = st = startup(Path(a.binary), work / "modelshim.toml", ports["modelshim"], a.startup_runs, procs)
+        res["idle_rss_kib"]["modelshim"] = st["idle_rss_kib"]
+        ms = procs.start("modelshim", [a.binary, "serve", "--config", str(work / "modelshim.toml")],
+                         env=dict(os.environ, RUST_LOG="warn"))
+        if wait_ready(ports["modelshim"], "/healthz", 10, ms) is None:
+            raise RuntimeError(f"modelshim did not start (see {work}/logs/modelshim.log)")
+        res["idle_rss_kib"]["nginx"] = rss_kib(ng.pid)
+
+        targets_ = [Target("direct", ports["up"], up.pid, True), Target("nginx", ports["nginx"], ng.pid, True),
+                    Target("modelshim", ports["modelshim"], ms.pid, False)]
+        if a.litellm:
+            log("litellm: starting (slow)")
+            env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_TELEMETRY="False",
+                       LITELLM_LOG="ERROR", NO_DOCS="True", DISABLE_ADMIN_UI="True",
+                       # No master key, like modelshim here (no auth); it listens on 127.0.0.1 only.
+                       LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY="true")
+            t0 = time.perf_counter()
+            llp = procs.start("litellm", [a.litellm, "--config", str(work / "litellm.yaml"), "--host", "127.0.0.1",
+                                          "--port", str(ports["litellm"]), "--num_workers", "1"], env=env)
+            took = wait_ready(ports["litellm"], "/health/liveliness", 180, llp, 0.05)
+            if took is None:
+                res["sanity_failures"].append(f"litellm did not start (see {work}/logs/litellm.log)")
+            else:
+                res["startup"]["litellm"] = {"ms_p50": (time.perf_counter() - t0) * 1000, "runs": 1}
+                time.sleep(2)
+                res["idle_rss_kib"]["litellm"] = rss_kib(llp.pid)
+                res["versions"]["litellm"] = version([str(Path(a.litellm).parent / "python"), "-c",
+                                                      "import importlib.metadata as m; print(m.version('litellm'))"])
+                targets_.append(Target("litellm", ports["litellm"], llp.pid, False))
+
+        # End-to-end check of every target × lane before any load.
+        runnable: dict[str, list[str]] = {}
+        for t in targets_:
+            runnable[t.name] = []
+            for lane in lanes + ["paced"]:
+                if t.name == "litellm" and lane not in LITELLM_LANES + ["paced"]:
+                    continue
+                port = ports["paced"] if t.name == "direct" and lane == "paced" else t.port
+                err = sanity(t, lane, port, work)
+                if err:
+                    res["sanity_failures"].append(f"{t.name}/{lane}: {err}")
+                    log(f"CHECK FAILED {t.name}/{lane}: {err}")
+                elif lane in LANES:
+                    runnable[t.name].append(lane)
+        log(f"end-to-end checks done; failures: {len(res['sanity_failures'])}")
+
+        # Throughput and concurrency-1 latency, lane by lane.
+        for t in targets_:
+            res["load"][t.name] = {}
+            for lane in runnable[t.name]:
+                log(f"load {t.name}/{lane}")
+                res["load"][t.name][lane] = r = load_lane(t, lane, a, work)
+                log(f"  {r['rps']:.0f} req/s, c1 p50 {r['c1_p50_us']} µs p99 {r['c1_p99_us']} µs, errors {r['errors']}")
+        pc = {}
+        for t in ("nginx", "modelshim"):
+            s64 = (res["load"].get(t, {}).get("stream") or {}).get("cpu_us_per_req")
+            s8 = (res["load"].get(t, {}).get("stream8") or {}).get("cpu_us_per_req")
+            if s64 is not None and s8 is not None:
+                pc[t] = (s64 - s8) / 56
+        res["per_chunk_cpu_us"] = pc
+
+        # Time to first token, sequential streams from the paced upstream.
+        for t in targets_:
+            port = ports["paced"] if t.name == "direct" else t.port
+            log(f"ttft {t.name} ({a.streams} streams)")
+            res["ttft"][t.name] = ttft_run(t, "paced", port, a.streams, work)
+
+        # Memory with many open slow streams.
+        for t in targets_:
+            if t.name == "direct":
+                continue
+            log(f"memory {t.name}: {a.open_streams} open streams")
+            res["memory"][t.name] = r = hold_streams(t, a.open_streams, 120 if t.name == "litellm" else 60, work)
+            log(f"  {r}")
+            time.sleep(1)
+
+        if a.profile and "stream" in runnable.get("modelshim", []):
+            log("perf profile of modelshim, streamed lane")
+            res["profile"] = perf_profile(ms.pid, f"http://127.0.0.1:{ports['modelshim']}/v1/chat/completions",
+                                          work / "requests" / "stream.json", 10 if not q else 4, work)
+    finally:
+        procs.stop_all()
+
+    res["loadavg_end"] = " ".join(open("/proc/loadavg").read().split()[:3])
+    res["targets"] = targets(res)
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    md = render(res)
+    out.write_text(md)
+    out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
+    print(md)
+    log(f"wrote {out} and {out.with_suffix('.json')}")
+    return 1 if res["sanity_failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
