@@ -197,7 +197,9 @@ async fn replay(dir: PathBuf, listen: String, speed: f64) -> Result<()> {
     let listener =
         tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     tracing::info!("replaying {n} recordings on http://{}/v1", listener.local_addr()?);
-    axum::serve(listener, crate::fixture::router(Arc::new(replay))).with_graceful_shutdown(shutdown_signal()).await?;
+    axum::serve(crate::server::shutdown::nodelay(listener), crate::fixture::router(Arc::new(replay)))
+        .with_graceful_shutdown(shutdown_signal())
+        .await?;
     Ok(())
 }
 

@@ -539,7 +539,7 @@ pub async fn spawn(replay: Arc<Replay>, addr: &str) -> std::io::Result<std::net:
     let listener = tokio::net::TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
     tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, router(replay)).await {
+        if let Err(e) = axum::serve(crate::server::shutdown::nodelay(listener), router(replay)).await {
             tracing::error!("replay server stopped: {e}");
         }
     });

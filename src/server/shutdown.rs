@@ -15,6 +15,19 @@ use super::{Shared, app};
 /// event before the connections are dropped.
 const FLUSH: Duration = Duration::from_secs(2);
 
+/// Accepted sockets with Nagle off: SSE writes are small, and with Nagle on
+/// they wait on the client's delayed ACK (about 40 ms per stall on Linux).
+pub fn nodelay(
+    listener: TcpListener,
+) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
+    use axum::serve::ListenerExt;
+    listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY: {e}");
+        }
+    })
+}
+
 /// Serves `state` on `listener` until `signal` completes, then drains.
 pub async fn serve(
     listener: TcpListener,
@@ -24,7 +37,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let st = state.clone();
-    let server = axum::serve(listener, app(state.clone())).with_graceful_shutdown(async move {
+    let server = axum::serve(nodelay(listener), app(state.clone())).with_graceful_shutdown(async move {
         signal.await;
         st.set_ready(false);
         tracing::info!(
