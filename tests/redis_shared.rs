@@ -109,3 +109,137 @@ async fn replicas_share_state_through_redis() {
     assert!(m.contains("modelshim_state_backend_up{backend=\"redis\"} 0"), "{m}");
     assert!(m.contains("modelshim_state_errors_total{backend=\"redis\",op=\"get\"}"), "{m}");
 }
+
+/// A replica with a given profile and tools config, sharing `redis_port`.
+async fn replica_with(upstream: &str, redis_port: u16, profile_extra: &str, config_extra: &str) -> Proxy {
+    let text = format!("name = \"test vendor\"\nbase_url = \"http://unused\"\n{profile_extra}");
+    let mut profiles = std::collections::BTreeMap::new();
+    profiles.insert("testvendor".to_string(), modelshim::provider::Profile::parse("testvendor", &text).unwrap());
+    let mut config: modelshim::config::Config = toml::from_str(config_extra).unwrap();
+    config.providers.insert(
+        "v".into(),
+        modelshim::config::ProviderConfig {
+            profile: Some("testvendor".into()),
+            base_url: Some(format!("{upstream}/v1")),
+            ..Default::default()
+        },
+    );
+    config.state.redis_url = Some(format!("redis://127.0.0.1:{redis_port}/"));
+    let state = modelshim::server::AppState::new(&config, &profiles).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = modelshim::server::app(state);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Proxy { addr, http: reqwest::Client::new() }
+}
+
+/// A scripted upstream: `brain` answers each request body with a message.
+struct Script {
+    brain: fn(&serde_json::Value) -> ResponseTemplate,
+    log: std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>,
+}
+
+impl wiremock::Respond for Script {
+    fn respond(&self, r: &wiremock::Request) -> ResponseTemplate {
+        let body: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        self.log.lock().unwrap().push(body.clone());
+        (self.brain)(&body)
+    }
+}
+
+async fn scripted(
+    brain: fn(&serde_json::Value) -> ResponseTemplate,
+) -> (MockServer, std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>) {
+    let server = MockServer::start().await;
+    let log = std::sync::Arc::default();
+    Mock::given(method("POST")).respond_with(Script { brain, log: std::sync::Arc::clone(&log) }).mount(&server).await;
+    (server, log)
+}
+
+fn has_tool_result(body: &serde_json::Value) -> bool {
+    body["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool")
+}
+
+fn weather_tools() -> serde_json::Value {
+    json!([{"type": "function", "function": {"name": "get_weather",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}])
+}
+
+/// Issue #10: reasoning captured by replica A is restored by replica B for a
+/// DeepSeek-like upstream that rejects a tool-call turn without it.
+#[tokio::test]
+async fn reasoning_captured_by_one_replica_is_restored_by_the_other() {
+    let _redis = start_redis();
+    let port = _redis.port;
+    let (server, _log) = scripted(|body| {
+        if !has_tool_result(body) {
+            let msg = json!({"role": "assistant", "content": null, "reasoning_content": "R-one: ask the tool for Paris.",
+                "tool_calls": [{"id": "call_r1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]});
+            return ResponseTemplate::new(200).set_body_json(completion(msg, "tool_calls"));
+        }
+        let turn = body["messages"].as_array().unwrap().iter().find(|m| m["role"] == "assistant").unwrap();
+        if turn["reasoning_content"] != "R-one: ask the tool for Paris." {
+            return ResponseTemplate::new(400).set_body_json(json!({"error": {"message":
+                "Missing `reasoning_content` field in the assistant message at message index 1", "type": "invalid_request_error"}}));
+        }
+        ResponseTemplate::new(200).set_body_json(completion(json!({"role": "assistant", "content": "Paris: 22C."}), "stop"))
+    })
+    .await;
+    let profile = "[thinking]\nreasoning_replay = \"required\"\n";
+    let a = replica_with(&server.uri(), port, profile, "").await;
+    let b = replica_with(&server.uri(), port, profile, "").await;
+    let q = json!({"role": "user", "content": "Weather in Paris?"});
+    let (st, first) = a.chat(json!({"model": "v/m", "messages": [q], "tools": weather_tools()})).await;
+    assert_eq!(st, 200, "{first}");
+    let call = &first["choices"][0]["message"]["tool_calls"][0];
+    assert_eq!(call["id"], "call_r1");
+    // The client drops reasoning_content when it rebuilds the history.
+    let history = json!([q, {"role": "assistant", "content": null, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_r1", "content": "22C"}]);
+    let (st, second) = b.chat(json!({"model": "v/m", "messages": history, "tools": weather_tools()})).await;
+    assert_eq!(st, 200, "replica B did not restore A's reasoning: {second}");
+    assert_eq!(second["choices"][0]["message"]["content"], "Paris: 22C.");
+}
+
+/// Issue #8: a mixed server/client tool turn served by replica A is
+/// continued by replica B, which splices A's hidden server call back in.
+#[tokio::test]
+async fn mixed_tool_turn_served_by_one_replica_is_continued_by_the_other() {
+    let _redis = start_redis();
+    let port = _redis.port;
+    let (server, log) = scripted(|body| {
+        let msg = if has_tool_result(body) {
+            json!({"role": "assistant", "content": "Sunny, and I know the time."})
+        } else {
+            json!({"role": "assistant", "content": "Checking.", "tool_calls": [
+                {"id": "call_s1", "type": "function", "function": {"name": "current_time", "arguments": "{}"}},
+                {"id": "call_c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]})
+        };
+        ResponseTemplate::new(200).set_body_json(completion(msg, "tool_calls"))
+    })
+    .await;
+    let tools = "[tools]\nbuiltin = [\"current_time\"]\n";
+    let a = replica_with(&server.uri(), port, "", tools).await;
+    let b = replica_with(&server.uri(), port, "", tools).await;
+    let q = json!({"role": "user", "content": "weather and time?"});
+    let (st, first) = a.chat(json!({"model": "v/m", "messages": [q], "tools": weather_tools()})).await;
+    assert_eq!(st, 200, "{first}");
+    let calls = first["choices"][0]["message"]["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "only the client's call reaches the client: {first}");
+    assert_eq!(calls[0]["id"], "call_c1");
+    log.lock().unwrap().clear();
+    let history = json!([q, {"role": "assistant", "content": "Checking.", "tool_calls": [calls[0]]},
+        {"role": "tool", "tool_call_id": "call_c1", "content": "sunny"}]);
+    let (st, second) = b.chat(json!({"model": "v/m", "messages": history, "tools": weather_tools()})).await;
+    assert_eq!(st, 200, "{second}");
+    assert_eq!(second["choices"][0]["message"]["content"], "Sunny, and I know the time.");
+    let seen = log.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    let m = seen[0]["messages"].as_array().unwrap();
+    let roles: Vec<&str> = m.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "tool"], "replica B spliced A's hidden exchange: {}", seen[0]);
+    let ids: Vec<&str> = m[1]["tool_calls"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["call_s1", "call_c1"]);
+    assert_eq!(m[2]["tool_call_id"], "call_s1");
+    assert_eq!(m[3]["tool_call_id"], "call_c1");
+}
