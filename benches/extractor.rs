@@ -235,6 +235,8 @@ fn settings(formats: &Arc<FormatSet>, tools: &Arc<ToolIndex>) -> Settings {
         starts_in_reasoning: false,
         want_usage: false,
         finish_map: BTreeMap::new(),
+        names_back: BTreeMap::new(),
+        single_call: false,
     }
 }
 
