@@ -6,15 +6,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
 
 mod common;
+#[path = "support/pyenv.rs"]
+mod pyenv;
 
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use common::sdk_env::{python_env, run};
 use common::*;
 use modelshim::config::{Config, ProviderConfig};
 use modelshim::provider::Profile;
 use modelshim::server::{AppState, app};
+use pyenv::{python_env, run};
 use serde_json::{Value, json};
 use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 

@@ -2,8 +2,6 @@
 //! port in front of an upstream, and reads what a client sees.
 #![allow(dead_code)]
 
-pub mod sdk_env;
-
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 

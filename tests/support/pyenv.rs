@@ -10,23 +10,41 @@ pub fn sdk_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("sdk")
 }
 
+/// Runs a command; its combined output, or an error with the output.
 pub fn run(cmd: &mut Command) -> Result<String, String> {
     let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     if out.status.success() { Ok(text) } else { Err(format!("{cmd:?} failed:\n{text}")) }
 }
 
-/// A venv with the pinned `openai` package; returns its python.
+/// A venv with the pinned `openai` package; returns its python. A lock file
+/// keeps concurrent test binaries from installing at once.
 pub fn python_env() -> PathBuf {
     let venv = sdk_dir().join("venv");
     let py = venv.join("bin/python");
     let probe = format!("import openai, sys; sys.exit(openai.__version__ != {PYTHON_OPENAI:?})");
-    if run(Command::new(&py).args(["-c", &probe])).is_ok() {
-        return py;
-    }
     std::fs::create_dir_all(sdk_dir()).expect("sdk dir");
-    run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv)).expect("python3 -m venv");
-    run(Command::new(&py).args(["-m", "pip", "install", "--quiet", &format!("openai=={PYTHON_OPENAI}")]))
-        .expect("pip install openai");
-    py
+    let lock = sdk_dir().join("venv.lock");
+    for _ in 0..600 {
+        if run(Command::new(&py).args(["-c", &probe])).is_ok() {
+            return py;
+        }
+        // A lock left by a killed run is taken over after ten minutes.
+        let stale = std::fs::metadata(&lock)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t.elapsed().is_ok_and(|e| e > std::time::Duration::from_secs(600)));
+        if stale {
+            let _ = std::fs::remove_file(&lock);
+        }
+        if std::fs::OpenOptions::new().write(true).create_new(true).open(&lock).is_ok() {
+            let result = run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv)).and_then(|_| {
+                run(Command::new(&py).args(["-m", "pip", "install", "--quiet", &format!("openai=={PYTHON_OPENAI}")]))
+            });
+            let _ = std::fs::remove_file(&lock);
+            result.expect("installing the pinned openai SDK");
+            return py;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    panic!("timed out waiting for another test to install the Python SDK");
 }
