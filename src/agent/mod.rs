@@ -25,22 +25,21 @@ mod trace;
 use std::collections::{BTreeMap, HashSet};
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use axum::Json;
 use axum::http::HeaderMap;
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream::BoxStream;
 use futures_util::{Stream, StreamExt};
 use serde_json::{Map, Value, json};
 
-use crate::error::{ApiError, ErrorObject};
+use crate::error::ApiError;
 use crate::openai::{ChatRequest, Chunk, ChunkChoice, Completion, Delta, FunctionDelta, Message, ToolCallDelta};
 use crate::provider::request::Plan;
 use crate::provider::upstream::Reply;
 use crate::provider::{Provider, ReasoningReplay, Route, UpstreamError, request};
-use crate::server::Shared;
+use crate::server::{Shared, sse};
 use crate::stream::normalize::Settings;
 use crate::stream::{Assembler, Normalizer, completion_to_chunk};
 use crate::toolcall::ToolIndex;
@@ -598,10 +597,10 @@ fn sse(items: BoxStream<'static, Result<Item, UpstreamError>>, mode: TraceMode) 
         while let Some(it) = items.next().await {
             match it {
                 Ok(Item::Started) => {}
-                Ok(Item::Chunk(c)) => match serde_json::to_string(&c) {
-                    Ok(json) => yield Ok::<_, Infallible>(Event::default().data(json)),
-                    Err(e) => {
-                        yield Ok(error_event(&ErrorObject::new("api_error", e.to_string())));
+                Ok(Item::Chunk(c)) => match sse::chunk(&c) {
+                    Ok(ev) => yield Ok::<_, Infallible>(ev),
+                    Err(ev) => {
+                        yield Ok(ev);
                         return;
                     }
                 },
@@ -611,19 +610,14 @@ fn sse(items: BoxStream<'static, Result<Item, UpstreamError>>, mode: TraceMode) 
                     }
                 }
                 Err(e) => {
-                    let (_, obj) = e.to_openai();
-                    yield Ok(error_event(&obj));
+                    yield Ok(sse::upstream_error(&e));
                     return;
                 }
             }
         }
-        yield Ok(Event::default().data("[DONE]"));
+        yield Ok(sse::done());
     };
-    Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
-}
-
-fn error_event(e: &ErrorObject) -> Event {
-    Event::default().data(e.to_body().to_string())
+    sse::response(events)
 }
 
 #[cfg(test)]

@@ -5,19 +5,17 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
 use serde_json::Value;
 
 use super::Shared;
-use crate::error::{ApiError, ErrorObject};
+use crate::error::ApiError;
 use crate::openai::{ChatRequest, Chunk, Completion};
 use crate::provider::upstream::{Events, Reply};
 use crate::provider::{Route, UpstreamError};
@@ -214,32 +212,24 @@ fn assemble(chunks: Vec<Chunk>) -> Value {
     a.finish()
 }
 
-/// SSE out: one `data:` event per chunk, `[DONE]` at the end; an error after
-/// the stream started is sent in-band as `{"error": …}` and the stream ends.
+/// SSE out (see [`super::sse`]).
 fn sse(chunks: futures_util::stream::BoxStream<'static, Result<Chunk, UpstreamError>>) -> Response {
     let events = async_stream::stream! {
         let mut chunks = chunks;
         while let Some(c) = chunks.next().await {
-            match c {
-                Ok(c) => match serde_json::to_string(&c) {
-                    Ok(json) => yield Ok::<_, Infallible>(Event::default().data(json)),
-                    Err(e) => {
-                        yield Ok(error_event(&ErrorObject::new("api_error", e.to_string())));
-                        return;
-                    }
-                },
+            match c.as_ref().map(super::sse::chunk) {
+                Ok(Ok(ev)) => yield Ok::<_, Infallible>(ev),
+                Ok(Err(ev)) => {
+                    yield Ok(ev);
+                    return;
+                }
                 Err(e) => {
-                    let (_, obj) = e.to_openai();
-                    yield Ok(error_event(&obj));
+                    yield Ok(super::sse::upstream_error(e));
                     return;
                 }
             }
         }
-        yield Ok(Event::default().data("[DONE]"));
+        yield Ok(super::sse::done());
     };
-    Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
-}
-
-fn error_event(e: &ErrorObject) -> Event {
-    Event::default().data(e.to_body().to_string())
+    super::sse::response(events)
 }

@@ -9,6 +9,7 @@ pub mod limits;
 mod models;
 mod passthrough;
 pub mod shutdown;
+pub(crate) mod sse;
 
 use std::path::Path;
 use std::sync::Arc;
