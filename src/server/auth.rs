@@ -16,6 +16,8 @@ use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 use tokio::sync::Semaphore;
 
+use crate::state::{RateDecision, StateStore};
+
 /// A secret string whose `Debug` never shows it.
 #[derive(Clone, Deserialize, PartialEq)]
 #[serde(transparent)]
@@ -78,7 +80,9 @@ pub struct Key {
     /// The name used in logs and metrics; never the key itself.
     pub name: String,
     models: Option<globset::GlobSet>,
-    limiter: Option<DefaultDirectRateLimiter>,
+    /// Requests per minute, with the in-process limiter used when the state
+    /// store keeps no shared counters (or Redis is down: degraded, per replica).
+    rate: Option<(NonZeroU32, DefaultDirectRateLimiter)>,
     /// Concurrent requests of this key.
     pub concurrency: Option<Arc<Semaphore>>,
 }
@@ -167,12 +171,18 @@ impl Auth {
                 digest,
                 name,
                 models,
-                limiter: rpm.map(|n| RateLimiter::direct(Quota::per_minute(n))),
+                rate: rpm.map(|n| (n, RateLimiter::direct(Quota::per_minute(n)))),
                 concurrency: conc.map(|n| Arc::new(Semaphore::new(n as usize))),
             }));
         }
         if keys.is_empty() {
             return Err("[auth] is present but names no keys (keys or keys_env)".into());
+        }
+        // The name is the key's shared rate bucket: two keys with one name
+        // would share a budget.
+        let mut names = std::collections::HashSet::new();
+        if let Some(k) = keys.iter().find(|k| !names.insert(k.name.as_str())) {
+            return Err(format!("[auth] two keys are named {:?}", k.name));
         }
         Ok(Auth { keys })
     }
@@ -203,15 +213,19 @@ impl Auth {
 }
 
 impl Key {
-    /// Takes one request from the key's rate budget.
-    pub fn admit(&self) -> Result<(), AuthError> {
-        match &self.limiter {
-            Some(l) => l.check().map_err(|not_until| {
+    /// Takes one request from the key's rate budget: the one shared by all
+    /// replicas when the state store keeps shared counters (Redis), else (or
+    /// while Redis is down) this process's own.
+    pub async fn admit(&self, store: &dyn StateStore) -> Result<(), AuthError> {
+        let Some((per_minute, local)) = &self.rate else { return Ok(()) };
+        match store.take_rate(&self.name, *per_minute).await {
+            Ok(RateDecision::Admitted) => Ok(()),
+            Ok(RateDecision::Wait(d)) => Err(AuthError::RateLimited(d)),
+            Ok(RateDecision::Local) | Err(_) => local.check().map_err(|not_until| {
                 AuthError::RateLimited(
                     not_until.wait_time_from(governor::clock::Clock::now(&governor::clock::DefaultClock::default())),
                 )
             }),
-            None => Ok(()),
         }
     }
 
@@ -263,6 +277,14 @@ mod tests {
     }
 
     #[test]
+    fn key_names_are_unique() {
+        let c: AuthConfig =
+            toml::from_str(r#"keys = [{ key = "sk-first-key", name = "a" }, { key = "sk-other-key", name = "a" }]"#)
+                .unwrap();
+        assert!(Auth::new(Some(&c), None).unwrap_err().contains("two keys are named"));
+    }
+
+    #[test]
     fn secrets_do_not_show_in_debug() {
         let c: AuthConfig = toml::from_str(r#"keys = ["sk-very-secret", { key = "sk-also-secret" }]"#).unwrap();
         let dbg = format!("{c:?} {:?}", Auth::new(Some(&c), None).unwrap());
@@ -273,8 +295,10 @@ mod tests {
     fn rate_limit_per_key() {
         let a = auth(r#"keys = [{ key = "sk-limited-key", requests_per_minute = 2 }]"#);
         let k = a.authenticate(Some(b"Bearer sk-limited-key")).unwrap();
-        assert!(k.admit().is_ok() && k.admit().is_ok());
-        assert!(matches!(k.admit(), Err(AuthError::RateLimited(_))));
+        let store = crate::state::MemoryStore::new(10);
+        let admit = || futures_util::FutureExt::now_or_never(k.admit(&store)).unwrap();
+        assert!(admit().is_ok() && admit().is_ok());
+        assert!(matches!(admit(), Err(AuthError::RateLimited(_))));
     }
 
     #[test]

@@ -150,8 +150,17 @@ pub async fn guard(State(s): State<Shared>, req: Request, next: Next) -> Respons
         return next.run(req).await;
     }
     let id = request_id(req.headers());
-    let span = tracing::info_span!("request", id = %id);
-    let mut resp = serve(s, req, next, id.clone()).instrument(span).await;
+    let span = tracing::info_span!(
+        "request",
+        id = %id,
+        otel.name = %format_args!("{} {path}", req.method()),
+        http.request.method = %req.method(),
+        url.path = %path,
+        http.response.status_code = tracing::field::Empty,
+    );
+    crate::telemetry::adopt_parent(&span, req.headers());
+    let mut resp = serve(s, req, next, id.clone()).instrument(span.clone()).await;
+    span.record("http.response.status_code", resp.status().as_u16());
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert(REQUEST_ID, v);
     }
@@ -167,7 +176,7 @@ async fn serve(s: Shared, req: Request, next: Next, id: String) -> Response {
             Ok(k) => k,
             Err(e) => return refuse_auth(&e),
         };
-        if let Err(e) = key.admit() {
+        if let Err(e) = key.admit(s.store.as_ref()).await {
             return refuse_auth(&e);
         }
         if let Some(sem) = &key.concurrency {

@@ -10,6 +10,7 @@
 mod memory;
 mod redis;
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
@@ -42,6 +43,28 @@ pub trait StateStore: Send + Sync {
     ) -> BoxFuture<'a, Result<(), StateError>>;
     /// A short name for logs and metrics (`memory`, `redis`).
     fn kind(&self) -> &'static str;
+    /// Takes one request from the shared budget `bucket` of `per_minute`
+    /// requests per minute (burst: a minute's worth), so replicas enforce one
+    /// limit together. A backend without shared counters answers
+    /// [`RateDecision::Local`] and the caller limits in process.
+    fn take_rate<'a>(
+        &'a self,
+        bucket: &'a str,
+        per_minute: NonZeroU32,
+    ) -> BoxFuture<'a, Result<RateDecision, StateError>> {
+        let _ = (bucket, per_minute);
+        Box::pin(async { Ok(RateDecision::Local) })
+    }
+}
+
+/// The answer of [`StateStore::take_rate`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateDecision {
+    Admitted,
+    /// Refused; the budget has room again after this long.
+    Wait(Duration),
+    /// This backend keeps no shared counters.
+    Local,
 }
 
 /// Namespaces in use, so keys of different features never collide.

@@ -5,6 +5,8 @@
 //! (degraded, still serving), the `modelshim_state_backend_up` gauge shows 0
 //! and one log line marks each transition.
 
+use std::future::Future;
+use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -12,16 +14,36 @@ use futures_util::future::BoxFuture;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde_json::Value;
 
-use super::{StateError, StateStore};
+use super::{RateDecision, StateError, StateStore};
 
 /// Longest time one Redis operation may take before the request goes on
 /// without it.
 const OP_TIMEOUT: Duration = Duration::from_millis(500);
 
-/// Conversation state in Redis, under `modelshim:{ns}:{key}`.
+/// GCRA in one atomic step, on Redis's clock so replicas' clocks don't
+/// matter. KEYS[1] holds the theoretical arrival time (ms); ARGV[1] is the
+/// emission interval (ms), ARGV[2] the burst window (ms). Returns 0 when
+/// admitted, else the wait in ms.
+const GCRA: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local interval = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local tat = tonumber(redis.call('GET', KEYS[1]) or now)
+if tat < now then tat = now end
+local new_tat = tat + interval
+local wait = new_tat - window - now
+if wait > 0 then return wait end
+redis.call('SET', KEYS[1], new_tat, 'PX', new_tat - now)
+return 0
+";
+
+/// Conversation state in Redis, under `modelshim:{ns}:{key}`; shared rate
+/// budgets under `modelshim:rate:{bucket}`.
 pub struct RedisStore {
     conn: ConnectionManager,
     up: AtomicBool,
+    gcra: redis::Script,
 }
 
 impl RedisStore {
@@ -37,12 +59,21 @@ impl RedisStore {
         let conn = ConnectionManager::new_lazy_with_config(client, config)
             .map_err(|e| StateError::Unavailable(format!("redis: {e}")))?;
         crate::metrics::state_up("redis", true);
-        Ok(RedisStore { conn, up: AtomicBool::new(true) })
+        Ok(RedisStore { conn, up: AtomicBool::new(true), gcra: redis::Script::new(GCRA) })
     }
 
     async fn run<T: redis::FromRedisValue>(&self, op: &'static str, cmd: redis::Cmd) -> Result<T, StateError> {
         let mut conn = self.conn.clone();
-        let r = match tokio::time::timeout(OP_TIMEOUT * 2, cmd.query_async::<T>(&mut conn)).await {
+        self.bounded(op, async move { cmd.query_async::<T>(&mut conn).await }).await
+    }
+
+    /// One Redis operation, bounded in time, with the up/down bookkeeping.
+    async fn bounded<T>(
+        &self,
+        op: &'static str,
+        f: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, StateError> {
+        let r = match tokio::time::timeout(OP_TIMEOUT * 2, f).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(e.to_string()),
             Err(_) => Err(format!("no answer within {:?}", OP_TIMEOUT * 2)),
@@ -98,5 +129,22 @@ impl StateStore for RedisStore {
 
     fn kind(&self) -> &'static str {
         "redis"
+    }
+
+    fn take_rate<'a>(
+        &'a self,
+        bucket: &'a str,
+        per_minute: NonZeroU32,
+    ) -> BoxFuture<'a, Result<RateDecision, StateError>> {
+        Box::pin(async move {
+            let window: u64 = 60_000;
+            let interval = (window / u64::from(per_minute.get())).max(1);
+            let mut conn = self.conn.clone();
+            let mut inv = self.gcra.key(key("rate", bucket));
+            inv.arg(interval).arg(window);
+            // EVALSHA, loading the script on NOSCRIPT (a restarted Redis).
+            let wait: u64 = self.bounded("rate", async move { inv.invoke_async(&mut conn).await }).await?;
+            Ok(if wait == 0 { RateDecision::Admitted } else { RateDecision::Wait(Duration::from_millis(wait)) })
+        })
     }
 }
