@@ -90,22 +90,30 @@ pub async fn run(cli: Cli) -> Result<()> {
     }
 }
 
-fn init_logs(json: bool) {
+/// Logs to stderr (JSON or text), plus the OpenTelemetry exporter when
+/// `[telemetry]` (or the OTEL_* environment) names a collector. Keep the
+/// guard until exit: dropping it flushes the queued spans.
+fn init_logs(json: bool, telemetry: &crate::telemetry::TelemetryConfig) -> Result<crate::telemetry::Guard> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    if json {
-        b.json().init();
-    } else {
-        b.init();
-    }
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let fmt = if json { fmt.json().with_filter(filter).boxed() } else { fmt.with_filter(filter).boxed() };
+    // Spans are exported whatever RUST_LOG says about log lines.
+    let (otel, guard) = crate::telemetry::layer(telemetry)?;
+    let otel = otel.map(|l| l.with_filter(tracing_subscriber::filter::LevelFilter::INFO));
+    tracing_subscriber::registry().with(fmt).with(otel).init();
+    Ok(guard)
 }
 
 /// Loads the config and every profile.
 fn load(flag: Option<PathBuf>) -> Result<(Config, std::collections::BTreeMap<String, Profile>)> {
     let (config, path) = Config::load(flag)?;
     if let Some(p) = &path {
-        tracing::info!("config: {}", p.display());
+        // Logging starts after the config is read (it configures telemetry).
+        eprintln!("modelshim: config {}", p.display());
     }
     let dir = config
         .providers_dir
@@ -131,8 +139,8 @@ async fn serve(
     record: Option<PathBuf>,
     allow_open: bool,
 ) -> Result<()> {
-    init_logs(json_logs);
     let (mut config, profiles) = load(flag)?;
+    let _telemetry = init_logs(json_logs, &config.telemetry)?;
     for s in config.inactive_sections() {
         tracing::warn!("config section [{s}] is not active in this version and is ignored");
     }
@@ -184,7 +192,7 @@ async fn shutdown_signal() {
 }
 
 async fn replay(dir: PathBuf, listen: String, speed: f64) -> Result<()> {
-    init_logs(false);
+    let _telemetry = init_logs(false, &Default::default())?;
     let (replay, problems) = Replay::load_dir(&dir, speed)?;
     // A bad file is named and skipped; the others are still served.
     for p in &problems {

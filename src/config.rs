@@ -49,6 +49,9 @@ pub struct Config {
     pub limits: crate::server::limits::LimitsConfig,
     #[serde(default)]
     pub state: crate::state::StateConfig,
+    /// Optional OpenTelemetry trace export.
+    #[serde(default)]
+    pub telemetry: crate::telemetry::TelemetryConfig,
 }
 
 /// A `[models]` entry: one target, or targets tried in order when the

@@ -13,5 +13,6 @@ pub mod reasoning;
 pub mod server;
 pub mod state;
 pub mod stream;
+pub mod telemetry;
 pub mod toolcall;
 pub mod tools;

@@ -595,3 +595,47 @@ async fn graceful_shutdown_cuts_streams_at_the_deadline() {
     assert!(t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     tokio::time::timeout(Duration::from_secs(5), server).await.expect("server stops").unwrap().unwrap();
 }
+
+/// `[telemetry]`: the real binary exports the request's spans over OTLP/HTTP
+/// to a collector (here a wiremock), joined to the client's `traceparent`,
+/// and flushes them on SIGTERM.
+#[tokio::test]
+async fn spans_are_exported_over_otlp_and_join_the_clients_trace() {
+    let upstream = MockServer::start().await;
+    let body = completion(json!({"role": "assistant", "content": "ok"}), "stop");
+    Mock::given(method("POST")).respond_with(ResponseTemplate::new(200).set_body_json(body)).mount(&upstream).await;
+    let collector = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/traces"))
+        .respond_with(ResponseTemplate::new(200))
+        .mount(&collector)
+        .await;
+    let config = format!(
+        "[providers.v]\nprofile = \"openai\"\nbase_url = \"{}/v1\"\napi_key_env = \"TEST_UPSTREAM_KEY\"\n\n\
+         [telemetry]\notlp_endpoint = \"{}\"\nservice_name = \"modelshim-under-test\"\n",
+        upstream.uri(),
+        collector.uri()
+    );
+    let mut p = serve_process(&config, &[("TEST_UPSTREAM_KEY", "sk-upstream")]).await;
+    let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let r = p
+        .proxy
+        .http
+        .post(p.proxy.url("/v1/chat/completions"))
+        .header("traceparent", format!("00-{trace_id}-00f067aa0ba902b7-01"))
+        .json(&json!({"model": "v/m", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(p.terminate().success());
+    let got = collector.received_requests().await.unwrap();
+    assert!(!got.is_empty(), "no spans exported");
+    let all: Vec<u8> = got.iter().flat_map(|r| r.body.clone()).collect();
+    assert_eq!(got[0].headers.get("content-type").unwrap(), "application/x-protobuf");
+    let has = |needle: &[u8]| all.windows(needle.len()).any(|w| w == needle);
+    assert!(has(b"modelshim-under-test"), "service.name is exported");
+    assert!(has(b"POST /v1/chat/completions") && has(b"upstream"), "request and upstream spans are exported");
+    let id: Vec<u8> = (0..16).map(|i| u8::from_str_radix(&trace_id[2 * i..2 * i + 2], 16).unwrap()).collect();
+    assert!(has(&id), "the spans belong to the client's trace");
+}

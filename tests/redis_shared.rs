@@ -243,3 +243,86 @@ async fn mixed_tool_turn_served_by_one_replica_is_continued_by_the_other() {
     assert_eq!(m[2]["tool_call_id"], "call_s1");
     assert_eq!(m[3]["tool_call_id"], "call_c1");
 }
+
+/// A client of `p` that sends `key` as its bearer token.
+fn with_key(p: &Proxy, key: &str) -> Proxy {
+    let mut h = reqwest::header::HeaderMap::new();
+    h.insert(reqwest::header::AUTHORIZATION, format!("Bearer {key}").parse().unwrap());
+    Proxy { addr: p.addr, http: reqwest::Client::builder().default_headers(h).build().unwrap() }
+}
+
+/// Issue #8 acceptance: two `modelshim` OS processes (the real binary, each
+/// with its own config file) share one redis-server. A mixed server/client
+/// tool turn served by process A is continued by process B, and a key's
+/// rate budget is one budget across both.
+#[tokio::test]
+async fn two_processes_share_conversations_and_rate_budgets_through_redis() {
+    let redis = start_redis();
+    let (server, log) = scripted(|body| {
+        let msg = if body["messages"][0]["content"] == "hi" {
+            json!({"role": "assistant", "content": "hello"})
+        } else if has_tool_result(body) {
+            json!({"role": "assistant", "content": "Sunny, and I know the time."})
+        } else {
+            json!({"role": "assistant", "content": "Checking.", "tool_calls": [
+                {"id": "call_s1", "type": "function", "function": {"name": "current_time", "arguments": "{}"}},
+                {"id": "call_c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]})
+        };
+        ResponseTemplate::new(200).set_body_json(completion(msg, "tool_calls"))
+    })
+    .await;
+    let config = format!(
+        r#"
+[providers.v]
+profile = "openai"
+base_url = "{}/v1"
+api_key_env = "TEST_UPSTREAM_KEY"
+
+[tools]
+builtin = ["current_time"]
+
+[auth]
+keys = ["sk-unlimited-test-key", {{ key = "sk-limited-test-key", name = "limited", requests_per_minute = 3 }}]
+
+[state]
+redis_url = "redis://127.0.0.1:{}/"
+"#,
+        server.uri(),
+        redis.port
+    );
+    let env = [("TEST_UPSTREAM_KEY", "sk-upstream")];
+    let proc_a = common::serve_process(&config, &env).await;
+    let proc_b = common::serve_process(&config, &env).await;
+    assert_ne!(proc_a.child.id(), proc_b.child.id());
+    let a = with_key(&proc_a.proxy, "sk-unlimited-test-key");
+    let b = with_key(&proc_b.proxy, "sk-unlimited-test-key");
+
+    let q = json!({"role": "user", "content": "weather and time?"});
+    let (st, first) = a.chat(json!({"model": "v/m", "messages": [q], "tools": weather_tools()})).await;
+    assert_eq!(st, 200, "{first}");
+    let calls = first["choices"][0]["message"]["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "only the client's call reaches the client: {first}");
+    assert_eq!(calls[0]["id"], "call_c1");
+    log.lock().unwrap().clear();
+    let history = json!([q, {"role": "assistant", "content": "Checking.", "tool_calls": [calls[0]]},
+        {"role": "tool", "tool_call_id": "call_c1", "content": "sunny"}]);
+    let (st, second) = b.chat(json!({"model": "v/m", "messages": history, "tools": weather_tools()})).await;
+    assert_eq!(st, 200, "{second}");
+    assert_eq!(second["choices"][0]["message"]["content"], "Sunny, and I know the time.");
+    let seen = log.lock().unwrap().clone();
+    assert_eq!(seen.len(), 1);
+    let m = seen[0]["messages"].as_array().unwrap();
+    let roles: Vec<&str> = m.iter().map(|m| m["role"].as_str().unwrap()).collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "tool"], "process B spliced A's hidden exchange: {}", seen[0]);
+    assert_eq!(m[2]["tool_call_id"], "call_s1");
+    assert_eq!(m[3]["tool_call_id"], "call_c1");
+
+    // One budget of 3 requests a minute across both processes.
+    let (la, lb) = (with_key(&proc_a.proxy, "sk-limited-test-key"), with_key(&proc_b.proxy, "sk-limited-test-key"));
+    let hi = json!({"model": "v/m", "messages": [{"role": "user", "content": "hi"}]});
+    let mut statuses = Vec::new();
+    for p in [&la, &lb, &la, &lb] {
+        statuses.push(p.chat(hi.clone()).await.0);
+    }
+    assert_eq!(statuses, [200, 200, 200, 429], "the 4th request, on either process, is over the shared budget");
+}

@@ -10,6 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use tracing::Instrument as _;
 
 use super::upstream::{Reply, Upstream};
 use super::{Provider, UpstreamError};
@@ -217,10 +218,18 @@ pub async fn post(
             // served by the upstream's real error than by ours.
             return Err(last.unwrap_or(open));
         }
-        let result = match up.post(p, path, body).await {
-            Ok(Reply::Events(events)) => first_event(events).await,
-            other => other,
-        };
+        let span = tracing::info_span!("upstream", provider = %p.name, attempt, error = tracing::field::Empty);
+        let result = async {
+            match up.post(p, path, body).await {
+                Ok(Reply::Events(events)) => first_event(events).await,
+                other => other,
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        if let Err(e) = &result {
+            span.record("error", tracing::field::display(e));
+        }
         let e = match result {
             Ok(reply) => {
                 breakers.record(p, Outcome::Success);

@@ -30,11 +30,16 @@ pub struct Upstream {
     recorder: Option<Arc<Recorder>>,
 }
 
+/// reqwest (and every HTTP client of ours: http_fetch, MCP, OTLP) is built
+/// without a default crypto provider; ring keeps the build free of cmake.
+/// Installing twice is harmless.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 impl Upstream {
     pub fn new(connect_timeout: Duration) -> Result<Self, String> {
-        // reqwest is built without a default crypto provider; ring keeps the
-        // build free of cmake. A second install attempt is harmless.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        install_crypto_provider();
         let client = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
             .tcp_nodelay(true)

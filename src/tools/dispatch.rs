@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use super::{Catalog, ToolOutput};
 
@@ -86,7 +87,8 @@ impl Catalog {
             }
         }
         let limit = cap.map_or(entry.timeout, |c| c.min(entry.timeout));
-        match tokio::time::timeout(limit, entry.tool.call(args)).await {
+        let span = tracing::info_span!("tool", name = %name);
+        match tokio::time::timeout(limit, entry.tool.call(args)).instrument(span).await {
             Err(_) => (
                 ToolOutput::error(format!("The tool `{name}` did not finish within {:.1}s.", limit.as_secs_f64())),
                 Status::Timeout,

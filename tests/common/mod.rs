@@ -209,3 +209,68 @@ pub fn without_generated_ids(mut v: Value) -> Value {
     }
     v
 }
+
+/// A `modelshim serve` OS process with its own config file, killed on drop.
+pub struct ServeProcess {
+    pub child: std::process::Child,
+    pub proxy: Proxy,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for ServeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl ServeProcess {
+    /// Sends SIGTERM and waits (bounded) for the process to exit.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let _ = std::process::Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let t = std::time::Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(t.elapsed() < std::time::Duration::from_secs(30), "modelshim did not exit after SIGTERM");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+/// Starts the real binary (`CARGO_BIN_EXE_modelshim serve`) with `config_toml`
+/// on a free loopback port and waits until `/readyz` answers.
+pub async fn serve_process(config_toml: &str, env: &[(&str, &str)]) -> ServeProcess {
+    modelshim::provider::upstream::install_crypto_provider(); // for this process's own client
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("modelshim.toml");
+    std::fs::write(&path, config_toml).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_modelshim"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .args(["--listen", &addr.to_string()])
+        .env("HOME", dir.path())
+        .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut p = ServeProcess { child, proxy: Proxy { addr, http: reqwest::Client::new() }, _dir: dir };
+    let t = std::time::Instant::now();
+    loop {
+        if let Ok(r) = p.proxy.http.get(p.proxy.url("/readyz")).send().await
+            && r.status() == 200
+        {
+            return p;
+        }
+        if let Some(st) = p.child.try_wait().unwrap() {
+            panic!("modelshim exited before it was ready: {st}");
+        }
+        assert!(t.elapsed() < std::time::Duration::from_secs(30), "modelshim was not ready within 30 s");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}

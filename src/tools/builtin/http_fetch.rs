@@ -27,8 +27,7 @@ pub struct HttpFetch {
 
 impl HttpFetch {
     pub fn new(config: HttpFetchConfig) -> Self {
-        // reqwest is built without a default crypto provider (see upstream.rs).
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        crate::provider::upstream::install_crypto_provider();
         HttpFetch { config }
     }
 
