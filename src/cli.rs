@@ -292,7 +292,9 @@ fn check_skills(set: &SkillSet) -> usize {
         let path = r.path.display();
         match &r.status {
             SkillStatus::Ok => println!("ok   skill {:<20} {path} ({})", r.name, r.scope.as_str()),
-            SkillStatus::Overridden(by) => println!("note skill {:<20} {path} is overridden by {}", r.name, by.display()),
+            SkillStatus::Overridden(by) => {
+                println!("note skill {:<20} {path} is overridden by {}", r.name, by.display())
+            }
             SkillStatus::Invalid(why) => println!("FAIL skill {:<20} {path}: {why}", r.name),
         }
         for w in &r.warnings {

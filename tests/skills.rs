@@ -176,7 +176,11 @@ fn clock_brain(req: &Value) -> Value {
 #[tokio::test]
 async fn read_skill_unlocks_the_skills_tools_for_this_and_later_turns() {
     let dirs = Dirs::new();
-    write(dirs.user.path(), "clock/SKILL.md", &skill_md("clock", "Tells the time.", "allowed-tools: current_time\n", CLOCK_BODY));
+    write(
+        dirs.user.path(),
+        "clock/SKILL.md",
+        &skill_md("clock", "Tells the time.", "allowed-tools: current_time\n", CLOCK_BODY),
+    );
     write(dirs.user.path(), "clock/references/zones.md", "UTC+1");
     let config = format!("[tools]\nbuiltin = [\"current_time\", \"http_fetch\"]\n{}", dirs.skills_toml(""));
     let s = setup(&config, clock_brain).await;
@@ -196,7 +200,8 @@ async fn read_skill_unlocks_the_skills_tools_for_this_and_later_turns() {
     assert!(sys.contains("clock/SKILL.md</location>"), "{sys}");
     assert_eq!(reqs[0]["messages"].as_array().unwrap().len(), 2, "merged, not added");
     assert_eq!(offered(&reqs[0]), ["http_fetch", "read_skill", "read_skill_file"]);
-    let read_tool = reqs[0]["tools"].as_array().unwrap().iter().find(|t| t["function"]["name"] == "read_skill").unwrap();
+    let read_tool =
+        reqs[0]["tools"].as_array().unwrap().iter().find(|t| t["function"]["name"] == "read_skill").unwrap();
     assert_eq!(read_tool["function"]["parameters"]["properties"]["skill_name"]["enum"], json!(["clock"]));
     // After read_skill: the body and the files come back, the tool is offered.
     let read = &tool_results(&reqs[1])[0];
@@ -230,7 +235,11 @@ async fn read_skill_unlocks_the_skills_tools_for_this_and_later_turns() {
 #[tokio::test]
 async fn streamed_requests_unlock_the_same_way() {
     let dirs = Dirs::new();
-    write(dirs.project.path(), "clock/SKILL.md", &skill_md("clock", "Tells the time.", "allowed-tools: [current_time]\n", CLOCK_BODY));
+    write(
+        dirs.project.path(),
+        "clock/SKILL.md",
+        &skill_md("clock", "Tells the time.", "allowed-tools: [current_time]\n", CLOCK_BODY),
+    );
     // No [tools]: a harmless built-in a skill names is provided for it.
     let s = setup(&dirs.skills_toml(""), clock_brain).await;
     let (st, events) = s.proxy.chat_stream(ask("time?")).await;
@@ -245,7 +254,11 @@ async fn streamed_requests_unlock_the_same_way() {
 #[tokio::test]
 async fn a_locked_tool_called_early_gets_an_error_result() {
     let dirs = Dirs::new();
-    write(dirs.user.path(), "clock/SKILL.md", &skill_md("clock", "Tells the time.", "allowed-tools: current_time\n", CLOCK_BODY));
+    write(
+        dirs.user.path(),
+        "clock/SKILL.md",
+        &skill_md("clock", "Tells the time.", "allowed-tools: current_time\n", CLOCK_BODY),
+    );
     let s = setup(&dirs.skills_toml(""), |req| match tool_results(req).first() {
         None => calls(&[("call_t1", "current_time", json!({}))]),
         Some(r) => say(r),
@@ -433,7 +446,11 @@ async fn hot_reload_picks_up_an_edited_skill_md() {
 #[tokio::test]
 async fn scripts_are_tools_only_when_allowed_and_after_reading() {
     let dirs = Dirs::new();
-    write(dirs.project.path(), "shout/SKILL.md", &skill_md("shout", "Shouts.", "", "Call shout__upper with {\"text\"}."));
+    write(
+        dirs.project.path(),
+        "shout/SKILL.md",
+        &skill_md("shout", "Shouts.", "", "Call shout__upper with {\"text\"}."),
+    );
     write(dirs.project.path(), "shout/scripts/upper.sh", "tr a-z A-Z");
     let brain = |req: &Value| {
         let results = tool_results(req);

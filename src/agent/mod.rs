@@ -165,7 +165,8 @@ struct Offer {
 impl Loop {
     /// The tools to offer given the history so far.
     fn offer(&self, history: &[Message]) -> Offer {
-        let read = if self.catalog.locks.is_empty() { BTreeSet::new() } else { crate::skills::gate::read_skills(history) };
+        let read =
+            if self.catalog.locks.is_empty() { BTreeSet::new() } else { crate::skills::gate::read_skills(history) };
         let mut tools = self.client_tools.clone();
         let mut server = HashSet::new();
         for e in self.catalog.offered().filter(|e| !self.client_names.contains(&e.spec.name)) {
@@ -337,8 +338,16 @@ impl Loop {
         }
         for (i, call) in waiting {
             let skills = locks.waiting_for(&call.name, read).unwrap_or_default().join("`, `");
-            let msg = format!("The tool `{}` is available after reading the skill `{skills}` (call read_skill first).", call.name);
-            slots[i] = Some(CallOutcome { call, output: ToolOutput::error(msg), status: Status::Unknown, duration: Duration::ZERO });
+            let msg = format!(
+                "The tool `{}` is available after reading the skill `{skills}` (call read_skill first).",
+                call.name
+            );
+            slots[i] = Some(CallOutcome {
+                call,
+                output: ToolOutput::error(msg),
+                status: Status::Unknown,
+                duration: Duration::ZERO,
+            });
         }
         slots.into_iter().flatten().collect()
     }

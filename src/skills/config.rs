@@ -97,7 +97,8 @@ impl SkillsConfig {
                     cwd.as_deref().map_or(path.clone(), |c| c.join(&path))
                 };
                 let under = |base: &Option<PathBuf>| base.as_deref().is_some_and(|b| abs.starts_with(b));
-                let scope = if d.starts_with('~') || (under(&home) && !under(&cwd)) { Scope::User } else { Scope::Project };
+                let scope =
+                    if d.starts_with('~') || (under(&home) && !under(&cwd)) { Scope::User } else { Scope::Project };
                 SkillDir { path: abs, scope }
             })
             .collect()

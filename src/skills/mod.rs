@@ -160,8 +160,13 @@ fn skill_md(folder: &Path) -> Option<PathBuf> {
 /// Loads one skill folder.
 fn load(folder: &Path, scope: Scope, config: &SkillsConfig) -> (Report, Option<Skill>) {
     let folder_name = folder.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let mut report =
-        Report { name: folder_name.clone(), scope, path: folder.to_path_buf(), status: Status::Ok, warnings: Vec::new() };
+    let mut report = Report {
+        name: folder_name.clone(),
+        scope,
+        path: folder.to_path_buf(),
+        status: Status::Ok,
+        warnings: Vec::new(),
+    };
     let invalid = |mut r: Report, why: String| {
         r.status = Status::Invalid(why);
         (r, None)
@@ -366,11 +371,8 @@ mod tests {
     fn reload_swaps_a_whole_new_set() {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), "a/SKILL.md", "---\nname: a\ndescription: one\n---\n");
-        let cfg = SkillsConfig {
-            dirs: vec![dir.path().display().to_string()],
-            auto_reload: false,
-            ..Default::default()
-        };
+        let cfg =
+            SkillsConfig { dirs: vec![dir.path().display().to_string()], auto_reload: false, ..Default::default() };
         let skills = Skills::load(&cfg);
         let before = skills.current();
         write(dir.path(), "a/SKILL.md", "---\nname: a\ndescription: two\n---\n");

@@ -55,7 +55,10 @@ pub fn apply(messages: &mut Vec<Message>, section: &str) {
         }
         return;
     }
-    messages.insert(0, Message { role: "system".into(), content: Value::String(section.into()), extra: Default::default() });
+    messages.insert(
+        0,
+        Message { role: "system".into(), content: Value::String(section.into()), extra: Default::default() },
+    );
 }
 
 fn escape(s: &str) -> String {

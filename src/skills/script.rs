@@ -145,7 +145,8 @@ async fn capped<R: AsyncRead + Unpin>(r: Option<R>, cap: usize) -> (Vec<u8>, boo
     (buf, cut)
 }
 
-#[cfg(all(test, unix))]
+#[cfg(test)]
+#[cfg(unix)]
 mod tests {
     use super::*;
 
