@@ -442,6 +442,32 @@ async fn hot_reload_picks_up_an_edited_skill_md() {
     }
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_is_triggered_by_changes_not_by_its_own_reads() {
+    let dirs = Dirs::new();
+    write(dirs.project.path(), "a/SKILL.md", &skill_md("a", "One.", "", "x"));
+    let cfg: Config = toml::from_str(&dirs.skills_toml("auto_reload = true")).unwrap();
+    let skills = modelshim::skills::Skills::load(cfg.skills.as_ref().unwrap());
+    skills.watch();
+    let first = skills.current().generation;
+    write(dirs.project.path(), "a/SKILL.md", &skill_md("a", "Two.", "", "x"));
+    let start = Instant::now();
+    while skills.current().get("a").unwrap().description != "Two." {
+        assert!(start.elapsed() < Duration::from_secs(10), "no reload within 10 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = skills.current().generation;
+    assert!(after > first);
+    // The rescan opens every SKILL.md; those reads must not trigger another
+    // rescan (a reload loop would bump the generation several times a second).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        skills.current().generation <= after + 1,
+        "reloads keep coming: {after} -> {}",
+        skills.current().generation
+    );
+}
+
 #[cfg(unix)]
 #[tokio::test]
 async fn scripts_are_tools_only_when_allowed_and_after_reading() {
