@@ -159,6 +159,11 @@ async fn serve(
     if let Some(tools) = &state.tools {
         tools.ensure_started().await;
     }
+    if let Some(skills) = state.tools.as_ref().and_then(|t| t.skills()) {
+        let set = skills.current();
+        let dirs: Vec<String> = skills.dirs().iter().map(|d| d.path.display().to_string()).collect();
+        tracing::info!(skills = set.len(), invalid = set.invalid(), dirs = %dirs.join(", "), "skills loaded");
+    }
     let addr = listen.or(config.listen.clone()).unwrap_or_else(|| "127.0.0.1:8787".into());
     let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
     let local = listener.local_addr()?;
