@@ -91,11 +91,13 @@ impl SkillsConfig {
             .iter()
             .map(|d| {
                 let path = expand(d, home.as_deref());
-                let abs = if path.is_absolute() {
+                let joined = if path.is_absolute() {
                     path.clone()
                 } else {
                     cwd.as_deref().map_or(path.clone(), |c| c.join(&path))
                 };
+                // `./skills` reads better as `<cwd>/skills` in logs and listings.
+                let abs: PathBuf = joined.components().filter(|c| *c != std::path::Component::CurDir).collect();
                 let under = |base: &Option<PathBuf>| base.as_deref().is_some_and(|b| abs.starts_with(b));
                 let scope =
                     if d.starts_with('~') || (under(&home) && !under(&cwd)) { Scope::User } else { Scope::Project };
