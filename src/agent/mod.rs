@@ -214,6 +214,33 @@ impl Loop {
         (req, plan)
     }
 
+    /// Runs a batch, except calls of tools still waiting for a skill: those
+    /// get an error result naming the skill to read. Results keep call order.
+    async fn run_gated(&self, calls: Vec<CallRequest>, read: &BTreeSet<String>, cap: Duration) -> Vec<CallOutcome> {
+        let locks = &self.catalog.locks;
+        let (open, waiting): (Vec<_>, Vec<_>) =
+            calls.iter().cloned().enumerate().partition(|(_, c)| locks.waiting_for(&c.name, read).is_none());
+        let ran = run_batch(self.catalog.clone(), open.iter().map(|(_, c)| c.clone()).collect(), Some(cap)).await;
+        let mut slots: Vec<Option<CallOutcome>> = vec![None; calls.len()];
+        for ((i, _), o) in open.iter().zip(ran) {
+            slots[*i] = Some(o);
+        }
+        for (i, call) in waiting {
+            let skills = locks.waiting_for(&call.name, read).unwrap_or_default().join("`, `");
+            let msg = format!(
+                "The tool `{}` is available after reading the skill `{skills}` (call read_skill first).",
+                call.name
+            );
+            slots[i] = Some(CallOutcome {
+                call,
+                output: ToolOutput::error(msg),
+                status: Status::Unknown,
+                duration: Duration::ZERO,
+            });
+        }
+        slots.into_iter().flatten().collect()
+    }
+
     fn stream(self) -> impl Stream<Item = Result<Item, UpstreamError>> + Send {
         async_stream::stream! {
             let cfg = &self.registry.config;
@@ -321,35 +348,6 @@ impl Loop {
                 splice::save(self.s.store.as_ref(), self.s.state_ttl, &key, &hidden, &out.after).await;
             }
         }
-    }
-}
-
-impl Loop {
-    /// Runs a batch, except calls of tools still waiting for a skill: those
-    /// get an error result naming the skill to read. Results keep call order.
-    async fn run_gated(&self, calls: Vec<CallRequest>, read: &BTreeSet<String>, cap: Duration) -> Vec<CallOutcome> {
-        let locks = &self.catalog.locks;
-        let (open, waiting): (Vec<_>, Vec<_>) =
-            calls.iter().cloned().enumerate().partition(|(_, c)| locks.waiting_for(&c.name, read).is_none());
-        let ran = run_batch(self.catalog.clone(), open.iter().map(|(_, c)| c.clone()).collect(), Some(cap)).await;
-        let mut slots: Vec<Option<CallOutcome>> = vec![None; calls.len()];
-        for ((i, _), o) in open.iter().zip(ran) {
-            slots[*i] = Some(o);
-        }
-        for (i, call) in waiting {
-            let skills = locks.waiting_for(&call.name, read).unwrap_or_default().join("`, `");
-            let msg = format!(
-                "The tool `{}` is available after reading the skill `{skills}` (call read_skill first).",
-                call.name
-            );
-            slots[i] = Some(CallOutcome {
-                call,
-                output: ToolOutput::error(msg),
-                status: Status::Unknown,
-                duration: Duration::ZERO,
-            });
-        }
-        slots.into_iter().flatten().collect()
     }
 }
 

@@ -1,4 +1,4 @@
-//! Per-skill tools (after Spring AI Alibaba's skills interceptor): a tool
+//! Per-skill tools (the "grouped tools" of agent frameworks' skills interceptors): a tool
 //! named in some skill's `allowed-tools`, and a skill's own scripts, are
 //! offered to the model only once it has read that skill in this
 //! conversation. Whether it has is read off the history — the client resends
