@@ -88,7 +88,16 @@ mod tests {
     }
 
     #[test]
-    fn nothing_without_skills() {
+    fn nothing_without_skills_and_the_template_is_overridable() {
         assert!(render(&SkillSet::default(), None).is_none());
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("a")).unwrap();
+        std::fs::write(dir.path().join("a/SKILL.md"), "---\nname: a\ndescription: x < y & z\n---\n").unwrap();
+        let dirs = [crate::skills::SkillDir { path: dir.path().into(), scope: crate::skills::Scope::Project }];
+        let set = SkillSet::scan(&dirs, &Default::default(), 1);
+        let text = render(&set, Some("Skills here:\n{skills}\nEnd.")).unwrap();
+        assert!(text.starts_with("Skills here:\n<available_skills>\n<skill>\n<name>a</name>"), "{text}");
+        assert!(text.contains("<description>x &lt; y &amp; z</description>") && text.ends_with("End."), "{text}");
+        assert!(render(&set, None).unwrap().contains("call the `read_skill` tool"));
     }
 }

@@ -181,8 +181,6 @@ pub struct Entry {
 pub struct Catalog {
     entries: Vec<Entry>,
     by_name: HashMap<String, usize>,
-    /// The skills this catalog was built from (none, or an empty set: no skills).
-    pub skills: Option<Arc<SkillSet>>,
     /// The system-message section listing the skills.
     pub skills_section: Option<String>,
     /// Tools offered only after a skill was read.
@@ -417,7 +415,6 @@ impl Registry {
     fn add_skills(&self, c: &mut Catalog, skills: &Arc<Skills>, set: Arc<SkillSet>) {
         use crate::skills::{script, tools as st};
         if set.is_empty() {
-            c.skills = Some(set);
             return;
         }
         let names: Vec<String> = set.iter().map(|s| s.name.clone()).collect();
@@ -457,7 +454,6 @@ impl Registry {
         }
         c.locks = Locks::new(&set, &scripts);
         c.skills_section = crate::skills::prompt::render(&set, cfg.prompt_template.as_deref());
-        c.skills = Some(set);
     }
 }
 
