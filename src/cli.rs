@@ -13,6 +13,7 @@ use crate::config::{Config, ProviderConfig};
 use crate::fixture::Replay;
 use crate::provider::{Profile, load_profiles};
 use crate::server::AppState;
+use crate::skills::{SkillSet, Status as SkillStatus};
 use crate::toolcall::{FormatSet, ToolIndex, extract};
 
 #[derive(Parser)]
@@ -66,8 +67,14 @@ pub enum Command {
         tools: Option<PathBuf>,
         file: Option<PathBuf>,
     },
-    /// Validate the config and the profiles; non-zero exit on any error.
+    /// Validate the config, the profiles, the skills and the MCP servers;
+    /// non-zero exit on any error.
     Check {
+        #[arg(long)]
+        config: Option<PathBuf>,
+    },
+    /// List the skills: name, source (user/project), path, status.
+    Skills {
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -86,6 +93,7 @@ pub async fn run(cli: Cli) -> Result<()> {
         Command::Replay { dir, listen, speed } => replay(dir, listen, speed).await,
         Command::Extract { format, tools, file } => extract_cmd(&format, tools, file),
         Command::Check { config } => check(config).await,
+        Command::Skills { config } => skills(config),
         Command::Providers { config } => providers(config),
     }
 }
@@ -110,11 +118,13 @@ fn init_logs(json: bool, telemetry: &crate::telemetry::TelemetryConfig) -> Resul
 
 /// Loads the config and every profile.
 fn load(flag: Option<PathBuf>) -> Result<(Config, std::collections::BTreeMap<String, Profile>)> {
-    let (config, path) = Config::load(flag)?;
+    let (mut config, path) = Config::load(flag)?;
     if let Some(p) = &path {
         // Logging starts after the config is read (it configures telemetry).
         eprintln!("modelshim: config {}", p.display());
     }
+    // No `[skills]` section: the default folders, when they exist.
+    config.skills.get_or_insert_with(Default::default);
     let dir = config
         .providers_dir
         .clone()
@@ -141,9 +151,6 @@ async fn serve(
 ) -> Result<()> {
     let (mut config, profiles) = load(flag)?;
     let _telemetry = init_logs(json_logs, &config.telemetry)?;
-    for s in config.inactive_sections() {
-        tracing::warn!("config section [{s}] is not active in this version and is ignored");
-    }
     default_providers(&mut config, &profiles);
     // The demo provider replays bundled fixtures from an in-process server.
     let demo = config.providers.iter_mut().find(|(n, p)| p.profile.as_deref().unwrap_or(n) == "demo");
@@ -159,6 +166,11 @@ async fn serve(
     }
     if let Some(tools) = &state.tools {
         tools.ensure_started().await;
+    }
+    if let Some(skills) = state.tools.as_ref().and_then(|t| t.skills()) {
+        let set = skills.current();
+        let dirs: Vec<String> = skills.dirs().iter().map(|d| d.path.display().to_string()).collect();
+        tracing::info!(skills = set.len(), invalid = set.invalid(), dirs = %dirs.join(", "), "skills loaded");
     }
     let addr = listen.or(config.listen.clone()).unwrap_or_else(|| "127.0.0.1:8787".into());
     let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
@@ -269,9 +281,10 @@ async fn check(flag: Option<PathBuf>) -> Result<()> {
         };
         println!("ok   provider {:<12} {} ({key})", p.name, p.base_url);
     }
-    for s in config.inactive_sections() {
-        println!("note [{s}] is not active in this version");
-    }
+    let skills_invalid = match state.tools.as_ref().and_then(|t| t.skills()) {
+        Some(skills) => check_skills(&skills.current()),
+        None => 0,
+    };
     let mcp_failed = match &state.tools {
         Some(tools) => crate::tools::check(tools).await,
         None => 0,
@@ -279,7 +292,57 @@ async fn check(flag: Option<PathBuf>) -> Result<()> {
     if mcp_failed > 0 {
         bail!("{mcp_failed} MCP server(s) could not start or list their tools");
     }
+    if skills_invalid > 0 {
+        bail!("{skills_invalid} skill(s) are invalid (see above; `modelshim skills` lists them all)");
+    }
     println!("{} providers, {} profiles, {warnings} warnings", state.providers.iter().count(), profiles.len());
+    Ok(())
+}
+
+/// Prints a line per skill folder for `check`; returns how many are invalid.
+fn check_skills(set: &SkillSet) -> usize {
+    for r in set.reports() {
+        let path = r.path.display();
+        match &r.status {
+            SkillStatus::Ok => println!("ok   skill {:<20} {path} ({})", r.name, r.scope.as_str()),
+            SkillStatus::Overridden(by) => {
+                println!("note skill {:<20} {path} is overridden by {}", r.name, by.display())
+            }
+            SkillStatus::Invalid(why) => println!("FAIL skill {:<20} {path}: {why}", r.name),
+        }
+        for w in &r.warnings {
+            println!("warn skill {:<20} {w}", r.name);
+        }
+    }
+    set.invalid()
+}
+
+/// `modelshim skills`: every skill folder found, valid or not.
+fn skills(flag: Option<PathBuf>) -> Result<()> {
+    let (config, _) = Config::load(flag)?;
+    let cfg = config.skills.unwrap_or_default();
+    let dirs = cfg.resolved_dirs();
+    let set = SkillSet::scan(&dirs, &cfg, 0);
+    for d in &dirs {
+        let state = if d.path.is_dir() { "" } else { " (missing)" };
+        println!("# {} skills: {}{state}", d.scope.as_str(), d.path.display());
+    }
+    if !cfg.enabled {
+        println!("# [skills] enabled = false: none of these is offered");
+    }
+    println!("{:<24} {:<8} {:<11} path", "name", "source", "status");
+    for r in set.reports() {
+        let (status, why) = match &r.status {
+            SkillStatus::Ok => ("ok", None),
+            SkillStatus::Overridden(by) => ("overridden", Some(format!("by {}", by.display()))),
+            SkillStatus::Invalid(why) => ("invalid", Some(why.clone())),
+        };
+        println!("{:<24} {:<8} {:<11} {}", r.name, r.scope.as_str(), status, r.path.display());
+        for line in why.iter().chain(&r.warnings) {
+            println!("    {line}");
+        }
+    }
+    println!("{} skills, {} invalid", set.len(), set.invalid());
     Ok(())
 }
 

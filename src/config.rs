@@ -31,10 +31,11 @@ pub struct Config {
     pub providers_dir: Option<PathBuf>,
     #[serde(default)]
     pub upstream: UpstreamConfig,
-    /// Sections of later features, accepted so one config file serves every
-    /// version; `modelshim check` says which are not active yet.
+    /// Agent Skills. Absent in a config built in code (no skills); the
+    /// command line fills in the defaults (`~/.modelshim/skills`, `./skills`)
+    /// when the file has no `[skills]` section.
     #[serde(default)]
-    pub skills: Option<toml::Value>,
+    pub skills: Option<crate::skills::SkillsConfig>,
     /// MCP servers whose tools run server-side.
     #[serde(default)]
     pub mcp: Option<crate::tools::McpConfig>,
@@ -233,13 +234,5 @@ impl Config {
             Some(p) => Ok((Self::from_file(&p)?, Some(p))),
             None => Ok((Config::default(), None)),
         }
-    }
-
-    /// Notes on sections that are accepted but not active in this version.
-    pub fn inactive_sections(&self) -> Vec<&'static str> {
-        let mut v = Vec::new();
-        let sections = [(self.skills.is_some(), "skills")];
-        v.extend(sections.iter().filter(|(on, _)| *on).map(|(_, n)| *n));
-        v
     }
 }

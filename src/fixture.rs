@@ -9,8 +9,11 @@
 //! {status, headers?, body? | text? | sse?: [{event?, data, delay_ms?}]}}`.
 //! Every field added after the first version is optional, so old files stay
 //! valid. A request is matched by [`request_key`] (endpoint and canonical
-//! body, volatile fields ignored), then by (endpoint, model, stream); several
-//! recordings that match are served in recording order, round robin.
+//! body, volatile fields ignored), then by (endpoint, model, stream) and the
+//! roles of its messages (so the steps of a tool loop find their own
+//! recording even when a system prompt differs), then by (endpoint, model,
+//! stream) alone; several recordings that match are served in recording
+//! order, round robin.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -279,6 +282,13 @@ pub fn request_key(method: &str, path: &str, body: &Value) -> String {
     h.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect()
 }
 
+/// The roles of a request's messages, in order (`system,user,assistant,tool`).
+fn roles(body: &Value) -> String {
+    let msgs = body.get("messages").and_then(Value::as_array);
+    let roles = msgs.into_iter().flatten().map(|m| m.get("role").and_then(Value::as_str).unwrap_or("?"));
+    roles.collect::<Vec<_>>().join(",")
+}
+
 /// JSON with object keys sorted, independent of `preserve_order`.
 fn canonical(v: &Value) -> String {
     match v {
@@ -305,6 +315,8 @@ struct Entry {
 pub enum Matched {
     /// Same canonical body.
     Exact,
+    /// Same endpoint, model, stream flag and message roles.
+    Shape,
     /// Same endpoint, model and stream flag, in recording order.
     Fallback,
 }
@@ -421,6 +433,12 @@ impl Replay {
             .iter()
             .filter(|e| group(&e.fx.request.method, &e.fx.request.path, &e.fx.request.body) == g)
             .collect();
+        let shape = roles(body);
+        let same_shape: Vec<&Entry> =
+            candidates.iter().copied().filter(|e| roles(&e.fx.request.body) == shape).collect();
+        if let Some(e) = self.next(format!("{g} {shape}"), &same_shape) {
+            return Some((e, Matched::Shape));
+        }
         self.next(g, &candidates).map(|e| (e, Matched::Fallback))
     }
 
@@ -579,6 +597,27 @@ mod tests {
         let msgs: Vec<String> = problems.iter().map(ToString::to_string).collect();
         assert!(msgs[0].starts_with("b.json: not a fixture"), "{msgs:?}");
         assert!(msgs[1].starts_with("c.json: not a fixture") && msgs[1].contains("1000"), "{msgs:?}");
+    }
+
+    #[test]
+    fn steps_of_a_tool_loop_match_by_their_message_roles() {
+        let step = |msgs: Value, text: &str| {
+            Fixture::chat("p", "m").with("messages", msgs).json(200, json!({"text": text})).to_pretty()
+        };
+        let first = json!([{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]);
+        let second = json!([{"role": "system", "content": "S"}, {"role": "user", "content": "Q"},
+                            {"role": "assistant", "content": null}, {"role": "tool", "content": "R"}]);
+        let files = vec![("a.json".to_string(), step(first, "one")), ("b.json".to_string(), step(second, "two"))];
+        let (r, _) = Replay::new(files, 0.0);
+        let ask = |msgs: Value| json!({"model": "m", "stream": false, "messages": msgs});
+        let other_second = json!([{"role": "system", "content": "other"}, {"role": "user", "content": "Q2"},
+                                  {"role": "assistant", "content": "x"}, {"role": "tool", "content": "R2"}]);
+        for _ in 0..2 {
+            let (e, how) = r.find("POST", "/v1/chat/completions", &ask(other_second.clone())).unwrap();
+            assert_eq!((e.source.as_str(), how), ("b.json", Matched::Shape));
+        }
+        let (_, how) = r.find("POST", "/v1/chat/completions", &ask(json!([{"role": "user"}]))).unwrap();
+        assert_eq!(how, Matched::Fallback);
     }
 
     #[test]

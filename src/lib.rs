@@ -11,6 +11,7 @@ pub mod openai;
 pub mod provider;
 pub mod reasoning;
 pub mod server;
+pub mod skills;
 pub mod state;
 pub mod stream;
 pub mod telemetry;

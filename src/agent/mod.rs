@@ -18,14 +18,21 @@
 //! deadline, with a note in the text and `finish_reason: "length"`. Usage
 //! is summed over every iteration. A client tool that has the name of a
 //! server tool shadows it (the client's wins; a warning is logged).
+//!
+//! With Agent Skills loaded, the skills section joins the system message,
+//! and the tools offered are worked out again before every iteration: a
+//! tool that waits for a skill ([`crate::skills::gate`]) is offered once the
+//! history (spliced exchanges included) shows that skill was read. A call of
+//! a tool still waiting is answered with an error result saying which skill
+//! to read.
 
 pub mod splice;
 mod trace;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Json;
 use axum::http::HeaderMap;
@@ -44,7 +51,7 @@ use crate::stream::normalize::Settings;
 use crate::stream::{Assembler, Normalizer, completion_to_chunk};
 use crate::toolcall::ToolIndex;
 use crate::tools::dispatch::run_batch;
-use crate::tools::{CallOutcome, CallRequest, Catalog, Registry};
+use crate::tools::{CallOutcome, CallRequest, Catalog, Registry, Status, ToolOutput};
 pub use trace::TraceMode;
 
 /// What the loop produces for the client.
@@ -82,9 +89,8 @@ struct Loop {
     base: ChatRequest,
     /// The client's last message (for the splice key).
     client_last: Option<Message>,
-    upstream_tools: Vec<Value>,
-    index: Arc<ToolIndex>,
-    server_names: HashSet<String>,
+    client_tools: Vec<Value>,
+    client_names: HashSet<String>,
     trace: TraceMode,
     want_usage: bool,
     vision: bool,
@@ -105,24 +111,19 @@ pub async fn run(
     let want_usage = client_stream && req.wants_usage();
     let client_tools: Vec<Value> = req.tools.take().unwrap_or_default();
     let client_names: HashSet<String> = ToolIndex::from_openai(&client_tools).names().map(str::to_string).collect();
-    let mut upstream_tools = client_tools;
-    let mut server_names = HashSet::new();
-    for e in catalog.offered() {
-        if client_names.contains(&e.spec.name) {
-            tracing::warn!(tool = %e.spec.name, "a client tool shadows the server tool of the same name; the client's wins");
-            continue;
-        }
-        server_names.insert(e.spec.name.clone());
-        upstream_tools.push(e.spec.to_openai());
+    for e in catalog.offered().filter(|e| client_names.contains(&e.spec.name)) {
+        tracing::warn!(tool = %e.spec.name, "a client tool shadows the server tool of the same name; the client's wins");
     }
     // The loop drives one choice.
     req.extra.remove("n");
     let client_last = req.messages.last().cloned();
     req.messages = splice::apply(s.store.as_ref(), std::mem::take(&mut req.messages)).await;
     crate::reasoning::prepare_history(&mut req, &route.provider.profile, &route.model, s.store.as_ref()).await;
+    if let Some(section) = &catalog.skills_section {
+        crate::skills::prompt::apply(&mut req.messages, section);
+    }
     let vision = route.provider.profile.tools.vision;
     let lp = Loop {
-        index: Arc::new(ToolIndex::from_openai(&upstream_tools)),
         s,
         provider: route.provider.clone(),
         model: route.model.clone(),
@@ -131,8 +132,8 @@ pub async fn run(
         catalog,
         base: req,
         client_last,
-        upstream_tools,
-        server_names,
+        client_tools,
+        client_names,
         trace,
         want_usage,
         vision,
@@ -150,13 +151,39 @@ pub async fn run(
     }
 }
 
+/// The tools of one iteration.
+struct Offer {
+    /// The client's tools and the server tools offered now.
+    tools: Vec<Value>,
+    index: Arc<ToolIndex>,
+    /// Every server tool a call may name (offered or waiting for a skill).
+    server: HashSet<String>,
+    /// The skills read so far in this conversation.
+    read: BTreeSet<String>,
+}
+
 impl Loop {
-    fn settings(&self, plan: Plan) -> Settings {
+    /// The tools to offer given the history so far.
+    fn offer(&self, history: &[Message]) -> Offer {
+        let read =
+            if self.catalog.locks.is_empty() { BTreeSet::new() } else { crate::skills::gate::read_skills(history) };
+        let mut tools = self.client_tools.clone();
+        let mut server = HashSet::new();
+        for e in self.catalog.offered().filter(|e| !self.client_names.contains(&e.spec.name)) {
+            server.insert(e.spec.name.clone());
+            if self.catalog.locks.waiting_for(&e.spec.name, &read).is_none() {
+                tools.push(e.spec.to_openai());
+            }
+        }
+        Offer { index: Arc::new(ToolIndex::from_openai(&tools)), tools, server, read }
+    }
+
+    fn settings(&self, plan: Plan, offer: &Offer) -> Settings {
         let p = &self.provider;
         let tools = if plan.names_back.is_empty() {
-            self.index.clone()
+            offer.index.clone()
         } else {
-            Arc::new(crate::server::chat::tool_index(&self.upstream_tools, &plan.names_back))
+            Arc::new(crate::server::chat::tool_index(&offer.tools, &plan.names_back))
         };
         Settings {
             formats: p.formats_for(&self.model, true, plan.prompt),
@@ -170,10 +197,10 @@ impl Loop {
     }
 
     /// The upstream request of one iteration.
-    fn request(&self, history: &[Message], iteration: u32) -> (ChatRequest, Plan) {
+    fn request(&self, history: &[Message], iteration: u32, offer: &Offer) -> (ChatRequest, Plan) {
         let mut req = self.base.clone();
         req.messages = history.to_vec();
-        req.tools = (!self.upstream_tools.is_empty()).then(|| self.upstream_tools.clone());
+        req.tools = (!offer.tools.is_empty()).then(|| offer.tools.clone());
         if iteration > 1 {
             // A forced choice would make the model call tools forever.
             if let Some(tc) = req.extra.get_mut("tool_choice")
@@ -185,6 +212,33 @@ impl Loop {
         let plan =
             request::normalize(&mut req, &self.provider.profile, &self.model, self.provider.prompt_for(&self.model));
         (req, plan)
+    }
+
+    /// Runs a batch, except calls of tools still waiting for a skill: those
+    /// get an error result naming the skill to read. Results keep call order.
+    async fn run_gated(&self, calls: Vec<CallRequest>, read: &BTreeSet<String>, cap: Duration) -> Vec<CallOutcome> {
+        let locks = &self.catalog.locks;
+        let (open, waiting): (Vec<_>, Vec<_>) =
+            calls.iter().cloned().enumerate().partition(|(_, c)| locks.waiting_for(&c.name, read).is_none());
+        let ran = run_batch(self.catalog.clone(), open.iter().map(|(_, c)| c.clone()).collect(), Some(cap)).await;
+        let mut slots: Vec<Option<CallOutcome>> = vec![None; calls.len()];
+        for ((i, _), o) in open.iter().zip(ran) {
+            slots[*i] = Some(o);
+        }
+        for (i, call) in waiting {
+            let skills = locks.waiting_for(&call.name, read).unwrap_or_default().join("`, `");
+            let msg = format!(
+                "The tool `{}` is available after reading the skill `{skills}` (call read_skill first).",
+                call.name
+            );
+            slots[i] = Some(CallOutcome {
+                call,
+                output: ToolOutput::error(msg),
+                status: Status::Unknown,
+                duration: Duration::ZERO,
+            });
+        }
+        slots.into_iter().flatten().collect()
     }
 
     fn stream(self) -> impl Stream<Item = Result<Item, UpstreamError>> + Send {
@@ -205,8 +259,9 @@ impl Loop {
                     for it in out.stop(&out_of_time, "deadline", self.trace) { yield Ok(it); }
                     break;
                 }
-                let (req, plan) = self.request(&history, iteration);
-                let call = upstream_chunks(&self.s, &self.provider, &req, self.settings(plan));
+                let offer = self.offer(&history);
+                let (req, plan) = self.request(&history, iteration, &offer);
+                let call = upstream_chunks(&self.s, &self.provider, &req, self.settings(plan, &offer));
                 let mut chunks = match tokio::time::timeout(remaining, call).await {
                     Ok(Ok(c)) => c,
                     Ok(Err(e)) => { yield Err(e); return; }
@@ -238,7 +293,7 @@ impl Loop {
                     break;
                 }
                 let (server, client): (Vec<Call>, Vec<Call>) =
-                    turn.calls.values().cloned().partition(|c| self.server_names.contains(&c.name));
+                    turn.calls.values().cloned().partition(|c| offer.server.contains(&c.name));
                 if server.is_empty() {
                     let finish = if client.is_empty() {
                         match turn.finish.as_deref() {
@@ -264,7 +319,7 @@ impl Loop {
                     .map(|c| CallRequest { id: c.id.clone(), name: c.name.clone(), arguments: c.arguments.clone() })
                     .collect();
                 let cap = deadline.saturating_duration_since(Instant::now());
-                let outcomes = run_batch(self.catalog.clone(), requests, Some(cap)).await;
+                let outcomes = self.run_gated(requests, &offer.read, cap).await;
                 if self.trace.on() {
                     for o in &outcomes {
                         yield Ok(Item::Trace(trace::entry(o, iteration, cfg.trace_result_chars)));

@@ -35,7 +35,7 @@ pub(super) fn route_for(s: &Shared, model: &str) -> Result<Route, ApiError> {
 
 pub async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
     let req = parse(&body)?;
-    if let Some(tools) = s.tools.clone() {
+    if let Some(tools) = s.tools.clone().filter(|t| t.active()) {
         let route = route_for(&s, &req.model)?;
         return crate::agent::run(s, tools, route, req, &headers).await;
     }

@@ -37,7 +37,8 @@ pub struct AppState {
     pub store: Arc<dyn StateStore>,
     /// How long conversation state is kept.
     pub state_ttl: Duration,
-    /// Server-side tools; `None` keeps every request on the plain path.
+    /// Server-side tools and skills; `None` (or nothing active) keeps every
+    /// request on the plain path.
     pub tools: Option<Arc<crate::tools::Registry>>,
     /// Auth, limits and shutdown handles of the edge middleware.
     pub edge: edge::Edge,
@@ -79,7 +80,12 @@ impl AppState {
         let auth = auth::Auth::new(config.auth.as_ref(), config.limits.max_concurrent_per_key)
             .map_err(ConfigError::Invalid)?;
         crate::metrics::init();
-        let tools = crate::tools::Registry::new(config.tools.as_ref(), config.mcp.as_ref())
+        let skills = config.skills.as_ref().filter(|c| c.enabled).map(|c| {
+            let skills = crate::skills::Skills::load(c);
+            skills.watch();
+            skills
+        });
+        let tools = crate::tools::Registry::new(config.tools.as_ref(), config.mcp.as_ref(), skills)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         Ok(Arc::new(AppState {
             providers,

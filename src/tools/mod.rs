@@ -1,12 +1,15 @@
-//! Server-side tools: one [`Tool`] trait over three sources — built-in tools
-//! (`builtin/`), MCP servers ([`mcp`]) and skill tools ([`skill`]) — and the
-//! [`Registry`] that turns them into a [`Catalog`]: the exposed names, the
-//! OpenAI definitions offered to the model, and the argument validators
-//! compiled once per catalog. [`dispatch`] runs calls against a catalog.
+//! Server-side tools: one [`Tool`] trait over four sources — built-in tools
+//! (`builtin/`), MCP servers ([`mcp`]), skill tools ([`skill`]) and the tools
+//! of Agent Skills (`read_skill`, `read_skill_file`, scripts; see
+//! [`crate::skills`]) — and the [`Registry`] that turns them into a
+//! [`Catalog`]: the exposed names, the OpenAI definitions offered to the
+//! model, the argument validators compiled once per catalog, and which tools
+//! wait for a skill to be read. [`dispatch`] runs calls against a catalog.
 //!
 //! The catalog is rebuilt only when an MCP server's tool list changes (a
-//! generation counter bumped on connect and on `tools/list_changed`), so a
-//! request takes a snapshot (`Arc<Catalog>`) without any work.
+//! generation counter bumped on connect and on `tools/list_changed`) or the
+//! skills were reloaded, so a request takes a snapshot (`Arc<Catalog>`)
+//! without any work.
 
 pub mod builtin;
 pub mod config;
@@ -21,6 +24,9 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
+
+use crate::skills::gate::Locks;
+use crate::skills::{SkillSet, Skills};
 
 pub use config::{McpConfig, McpServerConfig, SkillConfig, SkillMode, ToolsConfig};
 pub use dispatch::{CallOutcome, CallRequest, Status};
@@ -154,6 +160,8 @@ pub enum Source {
     Builtin,
     Skill,
     Mcp(String),
+    /// `read_skill`, `read_skill_file` and skill scripts.
+    AgentSkill,
 }
 
 /// One callable tool in a catalog.
@@ -173,6 +181,10 @@ pub struct Entry {
 pub struct Catalog {
     entries: Vec<Entry>,
     by_name: HashMap<String, usize>,
+    /// The system-message section listing the skills.
+    pub skills_section: Option<String>,
+    /// Tools offered only after a skill was read.
+    pub locks: Locks,
 }
 
 impl Catalog {
@@ -245,7 +257,9 @@ pub struct Registry {
     pub config: ToolsConfig,
     statics: Vec<StaticTool>,
     mcp: Arc<mcp::Manager>,
-    catalog: RwLock<(u64, Arc<Catalog>)>,
+    skills: Option<Arc<Skills>>,
+    /// The catalog and the (MCP, skills) generations it was built at.
+    catalog: RwLock<((u64, u64), Arc<Catalog>)>,
     started: tokio::sync::OnceCell<()>,
     /// The MCP supervisor (reconnects servers that went away); aborted on drop.
     supervisor: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -262,12 +276,20 @@ impl Drop for Registry {
 }
 
 impl Registry {
-    /// Builds the registry from `[tools]` and `[mcp]`; `None` when neither
-    /// configures a tool (requests then take the plain path).
-    pub fn new(tools: Option<&ToolsConfig>, mcp: Option<&McpConfig>) -> Result<Option<Arc<Self>>, ToolError> {
+    /// Builds the registry from `[tools]`, `[mcp]` and the skills; `None`
+    /// when none of them can offer a tool (requests then take the plain path).
+    pub fn new(
+        tools: Option<&ToolsConfig>,
+        mcp: Option<&McpConfig>,
+        skills: Option<Arc<Skills>>,
+    ) -> Result<Option<Arc<Self>>, ToolError> {
         let config = tools.cloned().unwrap_or_default();
         let servers = mcp.map(|m| m.servers.clone()).unwrap_or_default();
-        if config.builtin.is_empty() && config.skill.is_empty() && servers.values().all(|s| !s.enabled) {
+        if config.builtin.is_empty()
+            && config.skill.is_empty()
+            && servers.values().all(|s| !s.enabled)
+            && skills.is_none()
+        {
             return Ok(None);
         }
         for (name, s) in &config.skill {
@@ -299,7 +321,8 @@ impl Registry {
                 config: config.clone(),
                 statics,
                 mcp: manager,
-                catalog: RwLock::new((u64::MAX, Arc::new(Catalog::default()))),
+                skills,
+                catalog: RwLock::new(((u64::MAX, u64::MAX), Arc::new(Catalog::default()))),
                 started: tokio::sync::OnceCell::new(),
                 supervisor: std::sync::Mutex::new(None),
             }
@@ -310,6 +333,20 @@ impl Registry {
     /// The configured MCP servers.
     pub fn mcp(&self) -> &Arc<mcp::Manager> {
         &self.mcp
+    }
+
+    /// The skills, when `[skills]` is on.
+    pub fn skills(&self) -> Option<&Arc<Skills>> {
+        self.skills.as_ref()
+    }
+
+    /// Whether a request should take the agent loop: some tool is
+    /// configured, or at least one skill is loaded right now (skills may
+    /// appear and disappear with hot reload).
+    pub fn active(&self) -> bool {
+        !self.statics.is_empty()
+            || self.mcp.has_servers()
+            || self.skills.as_ref().is_some_and(|s| !s.current().is_empty())
     }
 
     /// Connects every MCP server once (concurrently) and starts the
@@ -333,22 +370,24 @@ impl Registry {
             .await;
     }
 
-    /// The current catalog; rebuilt only when an MCP tool list changed.
+    /// The current catalog; rebuilt only when an MCP tool list changed or
+    /// the skills were reloaded.
     pub fn catalog(&self) -> Arc<Catalog> {
-        let generation = self.mcp.generation();
+        let set = self.skills.as_ref().map(|s| s.current());
+        let generation = (self.mcp.generation(), set.as_ref().map_or(0, |s| s.generation));
         if let Ok(g) = self.catalog.read()
             && g.0 == generation
         {
             return g.1.clone();
         }
-        let built = Arc::new(self.build());
+        let built = Arc::new(self.build(set));
         if let Ok(mut g) = self.catalog.write() {
             *g = (generation, built.clone());
         }
         built
     }
 
-    fn build(&self) -> Catalog {
+    fn build(&self, set: Option<Arc<SkillSet>>) -> Catalog {
         let mut c = Catalog::default();
         for s in &self.statics {
             let mut spec = s.tool.spec();
@@ -363,7 +402,58 @@ impl Registry {
             let (offered, timeout) = (t.exposed(), t.timeout());
             c.push(spec, Arc::new(t), source, offered, timeout);
         }
+        if let (Some(skills), Some(set)) = (&self.skills, set) {
+            self.add_skills(&mut c, skills, set);
+        }
         c
+    }
+
+    /// The tools of Agent Skills: `read_skill`, `read_skill_file`, the
+    /// skills' scripts (when allowed), and the harmless built-ins a skill
+    /// names in `allowed-tools` without `[tools]` enabling them; then the
+    /// locks that keep a skill's tools back until it is read.
+    fn add_skills(&self, c: &mut Catalog, skills: &Arc<Skills>, set: Arc<SkillSet>) {
+        use crate::skills::{script, tools as st};
+        if set.is_empty() {
+            return;
+        }
+        let names: Vec<String> = set.iter().map(|s| s.name.clone()).collect();
+        let mut scripts: HashMap<String, Vec<String>> = HashMap::new();
+        let cfg = &skills.config;
+        for s in set.iter() {
+            for path in &s.scripts {
+                let name = unique_name(&script::tool_name(&s.name, path), &c.by_name);
+                let tool = script::ScriptTool {
+                    name: name.clone(),
+                    skill: s.name.clone(),
+                    path: path.clone(),
+                    dir: s.dir.clone(),
+                    timeout: cfg.script_timeout(),
+                    max_output: cfg.max_output_bytes,
+                };
+                c.push(tool.spec(), Arc::new(tool), Source::AgentSkill, true, cfg.script_timeout());
+                scripts.entry(s.name.clone()).or_default().push(name);
+            }
+            for t in s.allowed_tools.iter().filter(|t| builtin::SAFE.contains(&t.as_str())) {
+                if c.get(t).is_none()
+                    && let Some(tool) = builtin::make(t, &self.config)
+                {
+                    c.push(tool.spec(), tool, Source::Builtin, true, self.config.timeout());
+                }
+            }
+        }
+        let read = st::ReadSkill { skills: skills.clone(), names: names.clone(), script_tools: scripts.clone() };
+        let file = st::ReadSkillFile { skills: skills.clone(), names };
+        for tool in [Arc::new(read) as Arc<dyn Tool>, Arc::new(file)] {
+            let spec = tool.spec();
+            if c.get(&spec.name).is_some() {
+                tracing::warn!(tool = %spec.name, "a configured tool has the name of a skills tool; skills cannot be read");
+                continue;
+            }
+            c.push(spec, tool, Source::AgentSkill, true, self.config.timeout());
+        }
+        c.locks = Locks::new(&set, &scripts);
+        c.skills_section = crate::skills::prompt::render(&set, cfg.prompt_template.as_deref());
     }
 }
 

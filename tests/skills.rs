@@ -1,0 +1,538 @@
+//! Agent Skills through the proxy, against a scripted wiremock upstream (a
+//! "brain" that answers each request from what is in its history): the
+//! skills section and `read_skill` on the first request, per-skill tools
+//! offered only after the skill was read (also on a later turn, through the
+//! splice), overrides, path safety, reports of bad skills, hot reload,
+//! scripts, `modelshim skills` / `check`, and the bundled demo.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
+
+mod common;
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use modelshim::config::Config;
+use serde_json::{Value, json};
+use wiremock::matchers::{method, path};
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+type Brain = Arc<dyn Fn(&Value) -> Value + Send + Sync>;
+type Log = Arc<Mutex<Vec<Value>>>;
+
+/// Answers each upstream request with what the brain says, as SSE when the
+/// request streams, else as one completion; every request is logged.
+struct Script {
+    brain: Brain,
+    log: Log,
+}
+
+impl Respond for Script {
+    fn respond(&self, r: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&r.body).unwrap();
+        self.log.lock().unwrap().push(body.clone());
+        let msg = (self.brain)(&body);
+        let calls: Vec<Value> = msg["tool_calls"].as_array().cloned().unwrap_or_default();
+        let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
+        if body["stream"] == true {
+            let mut chunks = vec![chunk(json!({"role": "assistant", "content": msg["content"].clone()}), None)];
+            for (i, c) in calls.iter().enumerate() {
+                let mut c = c.clone();
+                c["index"] = json!(i);
+                chunks.push(chunk(json!({"tool_calls": [c]}), None));
+            }
+            chunks.push(chunk(json!({}), Some(finish)));
+            ResponseTemplate::new(200).set_body_raw(sse_body(&chunks), "text/event-stream")
+        } else {
+            let mut m = json!({"role": "assistant", "content": msg["content"].clone()});
+            if !calls.is_empty() {
+                m["tool_calls"] = Value::Array(calls);
+            }
+            ResponseTemplate::new(200).set_body_json(completion(m, finish))
+        }
+    }
+}
+
+fn say(content: &str) -> Value {
+    json!({"content": content})
+}
+
+fn calls(list: &[(&str, &str, Value)]) -> Value {
+    let calls: Vec<Value> = list
+        .iter()
+        .map(|(id, name, args)| {
+            json!({"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}})
+        })
+        .collect();
+    json!({"content": null, "tool_calls": calls})
+}
+
+fn tool_results(req: &Value) -> Vec<String> {
+    let msgs = req["messages"].as_array().unwrap();
+    msgs.iter().filter(|m| m["role"] == "tool").map(|m| m["content"].as_str().unwrap_or_default().to_string()).collect()
+}
+
+fn last_user(req: &Value) -> String {
+    let m = req["messages"].as_array().unwrap().iter().rev().find(|m| m["role"] == "user").unwrap();
+    m["content"].as_str().unwrap_or_default().to_string()
+}
+
+fn system(req: &Value) -> String {
+    let first = &req["messages"][0];
+    if first["role"] == "system" { first["content"].as_str().unwrap_or_default().to_string() } else { String::new() }
+}
+
+fn offered(req: &Value) -> Vec<String> {
+    let tools = req["tools"].as_array().cloned().unwrap_or_default();
+    let mut names: Vec<String> = tools.iter().map(|t| t["function"]["name"].as_str().unwrap().to_string()).collect();
+    names.sort();
+    names
+}
+
+fn write(root: &Path, rel: &str, text: &str) {
+    let p = root.join(rel);
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(p, text).unwrap();
+}
+
+fn skill_md(name: &str, description: &str, extra: &str, body: &str) -> String {
+    format!("---\nname: {name}\ndescription: {description}\n{extra}---\n{body}\n")
+}
+
+/// A user-level and a project-level skills folder.
+struct Dirs {
+    user: tempfile::TempDir,
+    project: tempfile::TempDir,
+}
+
+impl Dirs {
+    fn new() -> Self {
+        Dirs { user: tempfile::tempdir().unwrap(), project: tempfile::tempdir().unwrap() }
+    }
+    fn skills_toml(&self, extra: &str) -> String {
+        format!(
+            "[skills]\ndirs = [{:?}, {:?}]\n{extra}\n",
+            self.user.path().display().to_string(),
+            self.project.path().display().to_string()
+        )
+    }
+}
+
+struct Setup {
+    _upstream: MockServer,
+    proxy: Proxy,
+    log: Log,
+}
+
+impl Setup {
+    fn requests(&self) -> Vec<Value> {
+        self.log.lock().unwrap().clone()
+    }
+    fn clear(&self) {
+        self.log.lock().unwrap().clear();
+    }
+}
+
+async fn setup(config: &str, brain: impl Fn(&Value) -> Value + Send + Sync + 'static) -> Setup {
+    let upstream = MockServer::start().await;
+    let log: Log = Arc::default();
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(Script { brain: Arc::new(brain), log: log.clone() })
+        .mount(&upstream)
+        .await;
+    let parsed: Config = toml::from_str(config).expect("test config parses");
+    let proxy = proxy_with("", &upstream.uri(), |c| {
+        c.tools = parsed.tools;
+        c.mcp = parsed.mcp;
+        c.skills = parsed.skills;
+    })
+    .await;
+    Setup { _upstream: upstream, proxy, log }
+}
+
+fn ask(q: &str) -> Value {
+    json!({"model": "v/m", "messages": [{"role": "user", "content": q}]})
+}
+
+const CLOCK_BODY: &str = "# Clock\nCall current_time with the city's offset.";
+
+/// A model that reads the `clock` skill, then calls the tool it unlocks,
+/// then answers; "again" on a later turn is answered at once.
+fn clock_brain(req: &Value) -> Value {
+    if last_user(req) == "again" {
+        return say("still here");
+    }
+    let results = tool_results(req);
+    match results.len() {
+        0 => calls(&[("call_r1", "read_skill", json!({"skill_name": "clock"}))]),
+        1 => calls(&[("call_t1", "current_time", json!({}))]),
+        _ => say(&format!("It is {}", results[1].contains("datetime"))),
+    }
+}
+
+#[tokio::test]
+async fn read_skill_unlocks_the_skills_tools_for_this_and_later_turns() {
+    let dirs = Dirs::new();
+    write(
+        dirs.user.path(),
+        "clock/SKILL.md",
+        &skill_md("clock", "Tells the time.", "allowed-tools: current_time\n", CLOCK_BODY),
+    );
+    write(dirs.user.path(), "clock/references/zones.md", "UTC+1");
+    let config = format!("[tools]\nbuiltin = [\"current_time\", \"http_fetch\"]\n{}", dirs.skills_toml(""));
+    let s = setup(&config, clock_brain).await;
+
+    let mut req = ask("what time is it in Paris?");
+    req["messages"] = json!([{"role": "system", "content": "You are terse."}, {"role": "user", "content": "what time is it in Paris?"}]);
+    let (st, body) = s.proxy.chat(req).await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["choices"][0]["message"]["content"], "It is true");
+    let reqs = s.requests();
+    assert_eq!(reqs.len(), 3);
+    // First request: the skills section merged into the client's system
+    // message, read_skill offered, the skill's tool not yet.
+    let sys = system(&reqs[0]);
+    assert!(sys.starts_with("You are terse.\n\n## Skills"), "{sys}");
+    assert!(sys.contains("<name>clock</name>") && sys.contains("<description>Tells the time.</description>"), "{sys}");
+    assert!(sys.contains("clock/SKILL.md</location>"), "{sys}");
+    assert_eq!(reqs[0]["messages"].as_array().unwrap().len(), 2, "merged, not added");
+    assert_eq!(offered(&reqs[0]), ["http_fetch", "read_skill", "read_skill_file"]);
+    let read_tool =
+        reqs[0]["tools"].as_array().unwrap().iter().find(|t| t["function"]["name"] == "read_skill").unwrap();
+    assert_eq!(read_tool["function"]["parameters"]["properties"]["skill_name"]["enum"], json!(["clock"]));
+    // After read_skill: the body and the files come back, the tool is offered.
+    let read = &tool_results(&reqs[1])[0];
+    assert!(read.contains(CLOCK_BODY) && read.contains("references/zones.md"), "{read}");
+    assert!(!read.contains("allowed-tools:"), "frontmatter stripped: {read}");
+    assert_eq!(offered(&reqs[1]), ["current_time", "http_fetch", "read_skill", "read_skill_file"]);
+    assert!(tool_results(&reqs[2])[1].contains("datetime"));
+
+    // A later turn: the client sends only what it saw; the hidden read is
+    // spliced back, so the skill's tool is still offered.
+    s.clear();
+    let next = json!({"model": "v/m", "messages": [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "what time is it in Paris?"},
+        {"role": "assistant", "content": "It is true"},
+        {"role": "user", "content": "again"}]});
+    let (st, body) = s.proxy.chat(next).await;
+    assert_eq!(st, 200, "{body}");
+    let reqs = s.requests();
+    assert_eq!(reqs.len(), 1);
+    assert!(offered(&reqs[0]).contains(&"current_time".to_string()), "{:?}", offered(&reqs[0]));
+    assert_eq!(system(&reqs[0]).matches("## Skills").count(), 1, "the section is added once");
+
+    // A new conversation starts locked again.
+    s.clear();
+    let (st, _) = s.proxy.chat(ask("what time is it in Rome?")).await;
+    assert_eq!(st, 200);
+    assert!(!offered(&s.requests()[0]).contains(&"current_time".to_string()));
+}
+
+#[tokio::test]
+async fn streamed_requests_unlock_the_same_way() {
+    let dirs = Dirs::new();
+    write(
+        dirs.project.path(),
+        "clock/SKILL.md",
+        &skill_md("clock", "Tells the time.", "allowed-tools: [current_time]\n", CLOCK_BODY),
+    );
+    // No [tools]: a harmless built-in a skill names is provided for it.
+    let s = setup(&dirs.skills_toml(""), clock_brain).await;
+    let (st, events) = s.proxy.chat_stream(ask("time?")).await;
+    assert_eq!(st, 200);
+    let view = assemble(&events);
+    assert_eq!(view["content"], "It is true", "{events:?}");
+    let reqs = s.requests();
+    assert_eq!(offered(&reqs[0]), ["read_skill", "read_skill_file"]);
+    assert_eq!(offered(&reqs[1]), ["current_time", "read_skill", "read_skill_file"]);
+}
+
+#[tokio::test]
+async fn a_locked_tool_called_early_gets_an_error_result() {
+    let dirs = Dirs::new();
+    write(
+        dirs.user.path(),
+        "clock/SKILL.md",
+        &skill_md("clock", "Tells the time.", "allowed-tools: current_time\n", CLOCK_BODY),
+    );
+    let s = setup(&dirs.skills_toml(""), |req| match tool_results(req).first() {
+        None => calls(&[("call_t1", "current_time", json!({}))]),
+        Some(r) => say(r),
+    })
+    .await;
+    let (st, body) = s.proxy.chat(ask("time?")).await;
+    assert_eq!(st, 200, "{body}");
+    let text = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.starts_with("Error:") && text.contains("after reading the skill `clock`"), "{text}");
+    assert!(body["choices"][0]["message"]["tool_calls"].is_null(), "not handed to the client: {body}");
+}
+
+#[tokio::test]
+async fn project_skills_override_user_skills() {
+    let dirs = Dirs::new();
+    write(dirs.user.path(), "style/SKILL.md", &skill_md("style", "User style guide.", "", "USER BODY"));
+    write(dirs.project.path(), "style/SKILL.md", &skill_md("style", "Project style guide.", "", "PROJECT BODY"));
+    write(dirs.user.path(), "only-user/SKILL.md", &skill_md("only-user", "Kept.", "", "x"));
+    let s = setup(&dirs.skills_toml(""), |req| match tool_results(req).first() {
+        None => calls(&[("call_r1", "read_skill", json!({"skill_name": "style"}))]),
+        Some(r) => say(r),
+    })
+    .await;
+    let (st, body) = s.proxy.chat(ask("style?")).await;
+    assert_eq!(st, 200);
+    let sys = system(&s.requests()[0]);
+    assert!(sys.contains("Project style guide.") && !sys.contains("User style guide."), "{sys}");
+    assert!(sys.contains("<name>only-user</name>"), "{sys}");
+    let text = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.contains("PROJECT BODY") && !text.contains("USER BODY"), "{text}");
+}
+
+#[tokio::test]
+async fn paths_and_unknown_names_get_an_error_and_no_file_content() {
+    let dirs = Dirs::new();
+    let root = dirs.project.path();
+    write(root, "docs/SKILL.md", &skill_md("docs", "Docs.", "", "DOCS BODY"));
+    write(root, "docs/references/ok.md", "FINE");
+    write(root, "secret.txt", "TOPSECRET");
+    write(root, "x/notes.txt", "TOPSECRET too");
+    let secret = root.join("secret.txt").display().to_string();
+    let s = setup(&dirs.skills_toml(""), move |req| {
+        if tool_results(req).is_empty() {
+            return calls(&[
+                ("c1", "read_skill", json!({"skill_name": "../x"})),
+                ("c2", "read_skill", json!({"skill_name": secret.clone()})),
+                ("c3", "read_skill", json!({"skill_name": "nope"})),
+                ("c4", "read_skill_file", json!({"skill_name": "docs", "path": "../secret.txt"})),
+                ("c5", "read_skill_file", json!({"skill_name": "docs", "path": secret.clone()})),
+                ("c6", "read_skill_file", json!({"skill_name": "../x", "path": "notes.txt"})),
+                ("c7", "read_skill_file", json!({"skill_name": "docs", "path": "references/ok.md"})),
+            ]);
+        }
+        say("done")
+    })
+    .await;
+    let (st, _) = s.proxy.chat(ask("read")).await;
+    assert_eq!(st, 200);
+    let results = tool_results(&s.requests()[1]);
+    assert_eq!(results.len(), 7);
+    for r in &results[..6] {
+        assert!(r.starts_with("Error:"), "{r}");
+        assert!(!r.contains("TOPSECRET") && !r.contains("DOCS BODY"), "{r}");
+    }
+    assert_eq!(results[6], "FINE");
+}
+
+#[tokio::test]
+async fn without_skills_nothing_is_added() {
+    let dirs = Dirs::new();
+    write(dirs.project.path(), "notes/README.md", "a folder without SKILL.md is not a skill");
+    let s = setup(&dirs.skills_toml(""), |_| say("hi")).await;
+    let (st, _) = s.proxy.chat(ask("hello")).await;
+    assert_eq!(st, 200);
+    let req = &s.requests()[0];
+    assert!(req.get("tools").is_none(), "{req}");
+    assert_eq!(req["messages"], json!([{"role": "user", "content": "hello"}]));
+}
+
+#[tokio::test]
+async fn bad_skills_are_reported_and_the_good_ones_served() {
+    let dirs = Dirs::new();
+    let root = dirs.project.path();
+    write(root, "broken/SKILL.md", "---\nname: [broken\ndescription: d\n---\nx");
+    write(root, "Bad_Name/SKILL.md", &skill_md("Bad_Name", "d", "", "x"));
+    write(root, "long/SKILL.md", &skill_md("long", &"d".repeat(1500), "", "x"));
+    write(root, "good/SKILL.md", &skill_md("good", "Good.", "", "x"));
+    let cfg: Config = toml::from_str(&dirs.skills_toml("auto_reload = false")).unwrap();
+    let skills = modelshim::skills::Skills::load(cfg.skills.as_ref().unwrap());
+    let set = skills.current();
+    let status = |n: &str| set.reports().iter().find(|r| r.name == n).unwrap().clone();
+    use modelshim::skills::Status;
+    assert!(matches!(status("broken").status, Status::Invalid(why) if why.contains("not valid YAML")));
+    assert!(matches!(status("Bad_Name").status, Status::Invalid(why) if why.contains("lowercase")));
+    assert_eq!(status("long").status, Status::Ok);
+    assert!(status("long").warnings[0].contains("truncated to 1024"));
+    assert_eq!(set.get("long").unwrap().description.len(), 1024);
+    assert_eq!(set.len(), 2);
+
+    let s = setup(&dirs.skills_toml(""), |_| say("hi")).await;
+    let (st, _) = s.proxy.chat(ask("hello")).await;
+    assert_eq!(st, 200, "bad skills never stop the server");
+    let sys = system(&s.requests()[0]);
+    assert!(sys.contains("<name>good</name>") && !sys.contains("broken") && !sys.contains("Bad_Name"), "{sys}");
+}
+
+/// Runs the binary with a config file and HOME in a temp dir.
+fn run_bin(args: &[&str], config: &str, home: &Path) -> (bool, String) {
+    let file = home.join("modelshim.toml");
+    std::fs::write(&file, format!("[providers.v]\nprofile = \"vllm\"\nbase_url = \"http://127.0.0.1:9/v1\"\n{config}"))
+        .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_modelshim"))
+        .args(args)
+        .arg("--config")
+        .arg(&file)
+        .env("HOME", home)
+        .current_dir(home)
+        .output()
+        .unwrap();
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    (out.status.success(), text)
+}
+
+#[test]
+fn skills_command_lists_them_and_check_fails_on_invalid_ones() {
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path();
+    write(h, ".modelshim/skills/mine/SKILL.md", &skill_md("mine", "Mine.", "", "x"));
+    write(h, ".modelshim/skills/shared/SKILL.md", &skill_md("shared", "User version.", "", "x"));
+    write(h, "skills/shared/SKILL.md", &skill_md("shared", "Project version.", "", "x"));
+    // Defaults: ~/.modelshim/skills (user) and ./skills (project).
+    let (ok, text) = run_bin(&["skills"], "", h);
+    assert!(ok, "{text}");
+    let line = |name: &str, source: &str| text.lines().any(|l| l.starts_with(name) && l.contains(source));
+    assert!(line("mine", "user") && line("shared", "project"), "{text}");
+    assert!(text.contains("overridden"), "{text}");
+    let (ok, text) = run_bin(&["check"], "", h);
+    assert!(ok, "{text}");
+    assert!(text.contains("ok   skill mine"), "{text}");
+
+    write(h, "skills/Bad_Name/SKILL.md", &skill_md("Bad_Name", "d", "", "x"));
+    write(h, "skills/broken/SKILL.md", "no frontmatter here");
+    write(h, "skills/long/SKILL.md", &skill_md("long", &"d".repeat(1100), "", "x"));
+    let (ok, text) = run_bin(&["skills"], "", h);
+    assert!(ok, "{text}");
+    assert!(text.contains("invalid") && text.contains("lowercase letters"), "{text}");
+    assert!(text.contains("no YAML frontmatter"), "{text}");
+    assert!(text.contains("truncated to 1024"), "{text}");
+    let (ok, text) = run_bin(&["check"], "", h);
+    assert!(!ok, "{text}");
+    assert!(text.contains("FAIL skill Bad_Name") && text.contains("FAIL skill broken"), "{text}");
+    assert!(text.contains("2 skill(s) are invalid"), "{text}");
+    let (ok, text) = run_bin(&["check"], "[skills]\nenabled = false\n", h);
+    assert!(ok, "skills off: {text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hot_reload_picks_up_an_edited_skill_md() {
+    let dirs = Dirs::new();
+    let file = dirs.project.path().join("notes/SKILL.md");
+    write(dirs.project.path(), "notes/SKILL.md", &skill_md("notes", "First version.", "", "x"));
+    let s = setup(&dirs.skills_toml("auto_reload = true"), |_| say("ok")).await;
+    let (st, _) = s.proxy.chat(ask("hi")).await;
+    assert_eq!(st, 200);
+    assert!(system(&s.requests()[0]).contains("First version."));
+
+    std::fs::write(&file, skill_md("notes", "Second version.", "", "x")).unwrap();
+    write(dirs.project.path(), "added/SKILL.md", &skill_md("added", "Added later.", "", "x"));
+    let start = Instant::now();
+    loop {
+        s.clear();
+        let (st, _) = s.proxy.chat(ask("hi")).await;
+        assert_eq!(st, 200);
+        let sys = system(&s.requests()[0]);
+        if sys.contains("Second version.") && sys.contains("Added later.") {
+            assert!(!sys.contains("First version."), "{sys}");
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(10), "no reload within 10 s: {sys}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reload_is_triggered_by_changes_not_by_its_own_reads() {
+    let dirs = Dirs::new();
+    write(dirs.project.path(), "a/SKILL.md", &skill_md("a", "One.", "", "x"));
+    let cfg: Config = toml::from_str(&dirs.skills_toml("auto_reload = true")).unwrap();
+    let skills = modelshim::skills::Skills::load(cfg.skills.as_ref().unwrap());
+    skills.watch();
+    let first = skills.current().generation;
+    write(dirs.project.path(), "a/SKILL.md", &skill_md("a", "Two.", "", "x"));
+    let start = Instant::now();
+    while skills.current().get("a").unwrap().description != "Two." {
+        assert!(start.elapsed() < Duration::from_secs(10), "no reload within 10 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let after = skills.current().generation;
+    assert!(after > first);
+    // The rescan opens every SKILL.md; those reads must not trigger another
+    // rescan (a reload loop would bump the generation several times a second).
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        skills.current().generation <= after + 1,
+        "reloads keep coming: {after} -> {}",
+        skills.current().generation
+    );
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn scripts_are_tools_only_when_allowed_and_after_reading() {
+    let dirs = Dirs::new();
+    write(
+        dirs.project.path(),
+        "shout/SKILL.md",
+        &skill_md("shout", "Shouts.", "", "Call shout__upper with {\"text\"}."),
+    );
+    write(dirs.project.path(), "shout/scripts/upper.sh", "tr a-z A-Z");
+    let brain = |req: &Value| {
+        let results = tool_results(req);
+        match results.len() {
+            0 => calls(&[("c1", "read_skill", json!({"skill_name": "shout"}))]),
+            1 => calls(&[("c2", "shout__upper", json!({"text": "hi"}))]),
+            _ => say(&results[1]),
+        }
+    };
+    let s = setup(&dirs.skills_toml("allow_scripts = true"), brain).await;
+    let (st, body) = s.proxy.chat(ask("shout hi")).await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["choices"][0]["message"]["content"], "{\"TEXT\":\"HI\"}");
+    let reqs = s.requests();
+    assert!(!offered(&reqs[0]).contains(&"shout__upper".to_string()));
+    assert!(offered(&reqs[1]).contains(&"shout__upper".to_string()));
+    assert!(tool_results(&reqs[1])[0].contains("Tools for this skill: shout__upper"));
+
+    let s = setup(&dirs.skills_toml(""), |_| say("ok")).await;
+    let (st, _) = s.proxy.chat(ask("shout hi")).await;
+    assert_eq!(st, 200);
+    assert_eq!(offered(&s.requests()[0]), ["read_skill", "read_skill_file"], "no scripts unless allowed");
+}
+
+/// The README's demo: the bundled offline `demo` provider and the repository's
+/// `skills/` folder; the scripted model reads `commit-message`, then answers.
+#[tokio::test]
+async fn the_demo_model_reads_a_bundled_skill_and_answers() {
+    let replay = Arc::new(modelshim::fixture::Replay::demo());
+    let addr = modelshim::fixture::spawn(replay.clone(), "127.0.0.1:0").await.unwrap();
+    let profiles = modelshim::provider::load_profiles(None).unwrap();
+    let mut config = Config::default();
+    config.providers.insert(
+        "demo".into(),
+        modelshim::config::ProviderConfig { base_url: Some(format!("http://{addr}/v1")), ..Default::default() },
+    );
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("skills");
+    let skills = modelshim::skills::SkillsConfig {
+        dirs: vec![dir.display().to_string()],
+        auto_reload: false,
+        ..Default::default()
+    };
+    let set = modelshim::skills::Skills::load(&skills).current();
+    assert_eq!(set.invalid(), 0, "{:?}", set.reports());
+    assert!(set.get("commit-message").is_some() && set.get("world-clock").is_some());
+    config.skills = Some(skills);
+    let p = serve_state(modelshim::server::AppState::new(&config, &profiles).unwrap()).await;
+    let q = json!({"model": "demo/skills", "messages": [{"role": "user", "content": "Write a commit message: …"}]});
+    let (st, body) = p.chat(q.clone()).await;
+    assert_eq!(st, 200, "{body}");
+    let text = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.contains("Start with defaults when the config file is empty"), "{text}");
+    assert_eq!(replay.served().0, 2, "read_skill, then the answer");
+    let (st, events) = p.chat_stream(q).await;
+    assert_eq!(st, 200);
+    let view = assemble(&events);
+    assert!(view["content"].as_str().unwrap().contains("Start with defaults"), "{view}");
+    assert_eq!(view["calls"], json!([]));
+}
