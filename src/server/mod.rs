@@ -8,6 +8,7 @@ pub mod edge;
 pub mod limits;
 mod models;
 mod passthrough;
+mod responses;
 pub mod shutdown;
 pub(crate) mod sse;
 
@@ -107,6 +108,8 @@ pub fn app(state: Shared) -> Router {
     let body_limit = DefaultBodyLimit::max(state.edge.limits.max_body_bytes);
     Router::new()
         .route("/v1/chat/completions", post(chat::completions))
+        .route("/v1/responses", post(responses::create))
+        .route("/v1/responses/{id}", get(responses::retrieve))
         .route("/v1/models", get(models::list))
         .route("/v1/embeddings", post(passthrough::embeddings))
         .route("/healthz", get(|| async { "ok" }))

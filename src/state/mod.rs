@@ -50,6 +50,8 @@ pub mod ns {
     pub const REASONING: &str = "reasoning";
     /// Hidden server-side tool exchanges to splice back into a history.
     pub const SPLICE: &str = "splice";
+    /// Stored Responses API responses and their conversations.
+    pub const RESPONSES: &str = "responses";
 }
 
 /// Settings of the `[state]` config section.
