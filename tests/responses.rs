@@ -203,6 +203,10 @@ impl Setup {
 const PROFILE: &str = "[thinking]\nreasoning_replay = \"required\"\n";
 
 async fn setup_with(config: &str) -> Setup {
+    setup_tweaked(config, |_| {}).await
+}
+
+async fn setup_tweaked(config: &str, tweak: impl FnOnce(&mut Config)) -> Setup {
     let upstream = MockServer::start().await;
     let log: Log = Arc::default();
     Mock::given(method("POST")).respond_with(Script { log: log.clone() }).mount(&upstream).await;
@@ -212,6 +216,7 @@ async fn setup_with(config: &str) -> Setup {
         c.upstream.retries = Some(0);
         c.tools = parsed.tools;
         c.mcp = parsed.mcp;
+        tweak(c);
     })
     .await;
     Setup { _upstream: upstream, proxy, log }
@@ -467,6 +472,20 @@ async fn unknown_ids_and_store_false_are_404() {
     assert_eq!(g.status().as_u16(), 404);
     let (st, _) = create(&s.proxy, &json!({"model": "v/hello", "input": "y", "previous_response_id": id})).await;
     assert_eq!(st, 404);
+}
+
+#[tokio::test]
+async fn the_message_limit_counts_the_stored_history() {
+    let s = setup_tweaked("", |c| c.limits.max_messages = 3).await;
+    let (_, r1) = create(&s.proxy, &json!({"model": "v/echo", "input": "one"})).await;
+    let (st, r2) =
+        create(&s.proxy, &json!({"model": "v/echo", "input": "two", "previous_response_id": r1["id"]})).await;
+    assert_eq!(st, 200, "{r2}");
+    let (st, e) =
+        create(&s.proxy, &json!({"model": "v/echo", "input": "three", "previous_response_id": r2["id"]})).await;
+    assert_eq!(st, 400, "{e}");
+    assert_eq!(e["error"]["param"], "input");
+    assert_eq!(s.requests().len(), 2);
 }
 
 #[tokio::test]

@@ -45,6 +45,15 @@ pub async fn create(State(s): State<Shared>, body: Bytes) -> Result<Response, Ap
         names.iter().find(|n| *n == kind || n.ends_with(&suffix)).cloned()
     };
     let chat = request::to_chat(&req, &history, &lookup)?;
+    // The edge counts `messages` of chat bodies; here they exist only now,
+    // with the stored history in them.
+    let max = s.edge.limits.max_messages;
+    if chat.messages.len() > max {
+        return Err(ApiError::invalid_param(
+            "input",
+            format!("Too many messages: {} with the earlier turns, the limit is {max}.", chat.messages.len()),
+        ));
+    }
     let mut items = history;
     items.extend(req.input.iter().cloned());
     let builder = Builder::new(skeleton(&req, &new_id("resp")));
