@@ -4,7 +4,8 @@ stream's item identities strictly) against modelshim, which translates it to
 chat completions for a scripted upstream. Scenarios are named by the model:
 `v/hello` answers text, `v/weather` calls get_weather natively and answers
 once a result is in the history, `v/textcall` writes the call as text in its
-content, `v/echo` repeats every user message it got, `v/err429` fails.
+content, `v/echo` repeats every user message it got, `v/deepseek` thinks and
+refuses a history whose tool-call turn lost its reasoning, `v/err429` fails.
 """
 import json
 import os
@@ -127,6 +128,30 @@ def text_embedded_tool_call_is_recovered():
     r2 = client.responses.create(model="v/textcall", tools=TOOLS, previous_response_id=final.id,
                                  input=[{"type": "function_call_output", "call_id": c2.call_id, "output": "sunny"}])
     assert r2.output_text == "Text call answered: sunny", r2.output_text
+
+
+@check
+def reasoning_round_trip_to_a_deepseek_like_upstream():
+    # `v/deepseek` answers 400 unless the earlier tool-call turn carries its
+    # reasoning_content (from the reasoning item, or the proxy's reasoning
+    # memory; tests/responses.rs checks the item alone on a fresh proxy).
+    for stream in (False, True):
+        items = [{"role": "user", "content": "Weather in Paris?"}]
+        kw = dict(model="v/deepseek", tools=TOOLS, store=False)
+        first = streamed(input=items, **kw)[1] if stream else client.responses.create(input=items, **kw)
+        assert [i.type for i in first.output] == ["reasoning", "function_call"], first.output
+        assert first.output[0].content[0].text.startswith("The user wants Paris"), first.output[0]
+        (c,) = calls(first)
+        # What the docs tell apps to do: append the output items as they are.
+        items += first.output
+        items.append({"type": "function_call_output", "call_id": c.call_id, "output": "22C"})
+        second = streamed(input=items, **kw)[1] if stream else client.responses.create(input=items, **kw)
+        assert second.output_text == "Paris is 22C.", second.output_text
+    first = client.responses.create(model="v/deepseek", tools=TOOLS, input="Weather in Paris?")
+    (c,) = calls(first)
+    second = client.responses.create(model="v/deepseek", tools=TOOLS, previous_response_id=first.id,
+                                     input=[{"type": "function_call_output", "call_id": c.call_id, "output": "22C"}])
+    assert second.output_text == "Paris is 22C.", second.output_text
 
 
 @check
