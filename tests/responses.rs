@@ -489,6 +489,43 @@ async fn the_message_limit_counts_the_stored_history() {
 }
 
 #[tokio::test]
+async fn stored_responses_belong_to_their_proxy_key() {
+    let s = setup_tweaked("", |c| {
+        c.auth = Some(toml::from_str(r#"keys = [{ key = "sk-alice-key" }, { key = "sk-bob-key-2" }]"#).unwrap());
+    })
+    .await;
+    let p = &s.proxy;
+    let send = |key: &str, body: Value| {
+        let rb = p.http.post(p.url("/v1/responses")).bearer_auth(key).json(&body);
+        async move {
+            let r = rb.send().await.unwrap();
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap();
+            (status, text)
+        }
+    };
+    let get = |key: &str, id: &str| {
+        let rb = p.http.get(p.url(&format!("/v1/responses/{id}"))).bearer_auth(key);
+        async move { rb.send().await.unwrap().status().as_u16() }
+    };
+    for stream in [false, true] {
+        let (st, text) = send("sk-alice-key", json!({"model": "v/echo", "input": "mine", "stream": stream})).await;
+        assert_eq!(st, 200, "{text}");
+        let id = if stream {
+            let data = text.lines().filter_map(|l| l.strip_prefix("data: ")).last().unwrap();
+            serde_json::from_str::<Value>(data).unwrap()["response"]["id"].as_str().unwrap().to_string()
+        } else {
+            serde_json::from_str::<Value>(&text).unwrap()["id"].as_str().unwrap().to_string()
+        };
+        assert_eq!(get("sk-alice-key", &id).await, 200, "stream={stream}");
+        assert_eq!(get("sk-bob-key-2", &id).await, 404, "stream={stream}");
+        let next = |key| send(key, json!({"model": "v/echo", "input": "next", "previous_response_id": id}));
+        assert_eq!(next("sk-bob-key-2").await.0, 404);
+        assert_eq!(next("sk-alice-key").await.0, 200);
+    }
+}
+
+#[tokio::test]
 async fn hosted_tools_are_a_400_naming_the_feature() {
     let s = setup().await;
     for (tool, name) in [

@@ -17,20 +17,33 @@ pub struct Stored {
     pub items: Vec<Value>,
 }
 
-/// Saves a finished response. A store failure is logged: the answer is
-/// delivered anyway, only a later `previous_response_id` will miss it.
-pub async fn save(s: &Shared, response: &Value, items: Vec<Value>) {
+/// The proxy key the request came with, by name (`None` with auth off).
+/// Read it in the handler: a response body stream is polled outside the
+/// edge's task-local context.
+pub fn owner() -> Option<String> {
+    crate::server::edge::current().and_then(|c| c.key.clone())
+}
+
+/// Saves a finished response, owned by the request's proxy key (`owner`). A store
+/// failure is logged: the answer is delivered anyway, only a later
+/// `previous_response_id` will miss it.
+pub async fn save(s: &Shared, owner: Option<&str>, response: &Value, items: Vec<Value>) {
     let Some(id) = response["id"].as_str() else { return };
-    let value = json!({"response": response, "items": items});
+    let value = json!({"response": response, "items": items, "owner": owner});
     if let Err(e) = s.store.put(ns::RESPONSES, id, value, s.state_ttl).await {
         tracing::warn!(store = s.store.kind(), "cannot store response {id}: {e}");
     }
 }
 
 /// The stored response `id`; `Ok(None)` when there is none (never stored,
-/// `store: false`, or expired).
-pub async fn load(s: &Shared, id: &str) -> Result<Option<Stored>, ApiError> {
+/// `store: false`, expired, or made with another proxy key: keys do not
+/// see each other's conversations).
+pub async fn load(s: &Shared, owner: Option<&str>, id: &str) -> Result<Option<Stored>, ApiError> {
     match s.store.get(ns::RESPONSES, id).await {
+        Ok(Some(v)) if v.get("owner").and_then(Value::as_str) != owner => {
+            tracing::warn!(id, "a stored response was asked for with another proxy key");
+            Ok(None)
+        }
         Ok(Some(v)) => {
             let response = v.get("response").cloned().unwrap_or(Value::Null);
             let items = v.get("items").and_then(Value::as_array).cloned().unwrap_or_default();

@@ -26,8 +26,9 @@ use crate::responses::store;
 
 pub async fn create(State(s): State<Shared>, body: Bytes) -> Result<Response, ApiError> {
     let req = request::parse(&body)?;
+    let owner = store::owner();
     let history = match &req.previous_response_id {
-        Some(id) => match store::load(&s, id).await? {
+        Some(id) => match store::load(&s, owner.as_deref(), id).await? {
             Some(stored) => stored.items,
             None => {
                 return Err(ApiError::NotFound {
@@ -61,7 +62,7 @@ pub async fn create(State(s): State<Shared>, body: Bytes) -> Result<Response, Ap
     // gets its HTTP status and OpenAI error body here.
     let chunks = super::chat::answer(&s, chat).await?;
     if req.stream {
-        return Ok(stream(s, builder, chunks, items, req.store));
+        return Ok(stream(s, builder, chunks, items, req.store.then_some(owner)));
     }
     let mut b = builder;
     let mut chunks = chunks;
@@ -72,13 +73,13 @@ pub async fn create(State(s): State<Shared>, body: Bytes) -> Result<Response, Ap
     }
     b.finish();
     if req.store {
-        save(&s, &b, items).await;
+        save(&s, owner.as_deref(), &b, items).await;
     }
     Ok(Json(b.response().clone()).into_response())
 }
 
 pub async fn retrieve(State(s): State<Shared>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    match store::load(&s, &id).await? {
+    match store::load(&s, store::owner().as_deref(), &id).await? {
         Some(stored) => Ok(Json(stored.response).into_response()),
         None => Err(ApiError::NotFound {
             message: format!("Response with id '{id}' not found."),
@@ -100,10 +101,10 @@ async fn server_tool_names(s: &Shared, req: &Request) -> Vec<String> {
 }
 
 /// Stores the finished response with the conversation up to it.
-async fn save(s: &Shared, b: &Builder, mut items: Vec<Value>) {
+async fn save(s: &Shared, owner: Option<&str>, b: &Builder, mut items: Vec<Value>) {
     let r = b.response();
     items.extend(r["output"].as_array().cloned().unwrap_or_default());
-    store::save(s, r, items).await;
+    store::save(s, owner, r, items).await;
 }
 
 /// The response object as created: the request's settings echoed, no output.
@@ -154,7 +155,8 @@ fn stream(
     mut b: Builder,
     chunks: BoxStream<'static, Result<Chunk, UpstreamError>>,
     items: Vec<Value>,
-    keep: bool,
+    // Stored for this proxy key (`Some(None)` with auth off), or not stored.
+    keep: Option<Option<String>>,
 ) -> Response {
     let events = async_stream::stream! {
         for e in b.start() {
@@ -178,8 +180,8 @@ fn stream(
             }
         }
         let closing = b.finish();
-        if keep {
-            save(&s, &b, items).await;
+        if let Some(owner) = &keep {
+            save(&s, owner.as_deref(), &b, items).await;
         }
         for e in closing {
             yield Ok(event(&e));
