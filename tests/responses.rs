@@ -512,7 +512,7 @@ async fn stored_responses_belong_to_their_proxy_key() {
         let (st, text) = send("sk-alice-key", json!({"model": "v/echo", "input": "mine", "stream": stream})).await;
         assert_eq!(st, 200, "{text}");
         let id = if stream {
-            let data = text.lines().filter_map(|l| l.strip_prefix("data: ")).last().unwrap();
+            let data = text.lines().rev().find_map(|l| l.strip_prefix("data: ")).unwrap();
             serde_json::from_str::<Value>(data).unwrap()["response"]["id"].as_str().unwrap().to_string()
         } else {
             serde_json::from_str::<Value>(&text).unwrap()["id"].as_str().unwrap().to_string()
