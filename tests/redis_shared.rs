@@ -272,6 +272,10 @@ async fn a_stored_response_is_continued_and_read_on_the_other_replica() {
     let got = a.http.get(a.url(&format!("/v1/responses/{}", r2["id"].as_str().unwrap()))).send().await.unwrap();
     assert_eq!(got.status().as_u16(), 200);
     assert_eq!(got.json::<serde_json::Value>().await.unwrap(), r2);
+    // Deleted on one replica, gone on the other.
+    let r1_url = |p: &Proxy| p.url(&format!("/v1/responses/{}", r1["id"].as_str().unwrap()));
+    assert_eq!(b.http.delete(r1_url(&b)).send().await.unwrap().status().as_u16(), 200);
+    assert_eq!(a.http.get(r1_url(&a)).send().await.unwrap().status().as_u16(), 404);
 
     // Without Redis a conversation cannot be continued: 503, not a 404 that
     // would tell the client its response is gone.

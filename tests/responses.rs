@@ -688,3 +688,45 @@ async fn openai_agents_sdk_runs_an_agent_with_a_function_tool() {
     let reqs = s.requests();
     assert!(reqs.iter().any(|r| tool_results(r).iter().any(|t| t.contains("22C"))), "{reqs:?}");
 }
+
+#[tokio::test]
+async fn input_items_are_listed_and_a_deleted_response_is_gone() {
+    let s = setup().await;
+    let p = &s.proxy;
+    let (_, r1) = create(p, &json!({"model": "v/echo", "input": "one"})).await;
+    let (_, r2) = create(
+        p,
+        &json!({"model": "v/echo", "previous_response_id": r1["id"],
+        "input": [{"role": "user", "content": [{"type": "input_text", "text": "two"}]}]}),
+    )
+    .await;
+    let id = r2["id"].as_str().unwrap();
+    let list = |q: &str| {
+        let rb = p.http.get(p.url(&format!("/v1/responses/{id}/input_items{q}")));
+        async move { rb.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+    let all = list("?order=asc").await;
+    assert_eq!(all["object"], "list");
+    let data = all["data"].as_array().unwrap();
+    let texts: Vec<&str> = data.iter().map(|i| i["content"][0]["text"].as_str().unwrap()).collect();
+    assert_eq!(texts, ["one", "You said: one", "two"]);
+    assert!(data.iter().all(|i| i["id"].is_string() && i["type"] == "message"));
+    assert_eq!(data[1]["content"][0]["type"], "output_text");
+    assert_eq!(all["has_more"], false);
+    // Newest first by default; pages with `after`.
+    let page = list("?limit=2").await;
+    assert_eq!(page["data"][0]["content"][0]["text"], "two");
+    assert_eq!(page["has_more"], true);
+    let rest = list(&format!("?limit=2&after={}", page["last_id"].as_str().unwrap())).await;
+    assert_eq!(rest["data"].as_array().unwrap().len(), 1);
+    assert_eq!(rest["data"][0]["content"][0]["text"], "one");
+    assert_eq!(list("?order=asc").await, all, "ids are stable");
+
+    let del = p.http.delete(p.url(&format!("/v1/responses/{id}"))).send().await.unwrap();
+    assert_eq!(del.status().as_u16(), 200);
+    assert_eq!(del.json::<Value>().await.unwrap(), json!({"id": id, "object": "response", "deleted": true}));
+    assert_eq!(p.http.get(p.url(&format!("/v1/responses/{id}"))).send().await.unwrap().status().as_u16(), 404);
+    assert_eq!(p.http.delete(p.url(&format!("/v1/responses/{id}"))).send().await.unwrap().status().as_u16(), 404);
+    let (st, _) = create(p, &json!({"model": "v/echo", "input": "x", "previous_response_id": id})).await;
+    assert_eq!(st, 404);
+}

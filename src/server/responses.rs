@@ -1,15 +1,16 @@
-//! `POST /v1/responses` and `GET /v1/responses/{id}`: the Responses API
-//! front end. The body is translated into a chat request
-//! ([`crate::responses::request`]) that is answered by the same code as
-//! `/v1/chat/completions` ([`super::chat::answer`]); the normalized chunks
-//! become the Responses event stream or one response object
-//! ([`crate::responses::events`]). See [`crate::responses`].
+//! The Responses API front end: `POST /v1/responses`, `GET` and `DELETE
+//! /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`. The body is
+//! translated into a chat request ([`crate::responses::request`]) that is
+//! answered by the same code as `/v1/chat/completions`
+//! ([`super::chat::answer`]); the normalized chunks become the Responses
+//! event stream or one response object ([`crate::responses::events`]). See
+//! [`crate::responses`].
 
 use std::convert::Infallible;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
@@ -81,12 +82,62 @@ pub async fn create(State(s): State<Shared>, body: Bytes) -> Result<Response, Ap
 pub async fn retrieve(State(s): State<Shared>, Path(id): Path<String>) -> Result<Response, ApiError> {
     match store::load(&s, store::owner().as_deref(), &id).await? {
         Some(stored) => Ok(Json(stored.response).into_response()),
-        None => Err(ApiError::NotFound {
-            message: format!("Response with id '{id}' not found."),
-            param: None,
-            code: "not_found",
-        }),
+        None => Err(not_found(&id)),
     }
+}
+
+pub async fn delete(State(s): State<Shared>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    if store::delete(&s, store::owner().as_deref(), &id).await? {
+        Ok(Json(json!({"id": id, "object": "response", "deleted": true})).into_response())
+    } else {
+        Err(not_found(&id))
+    }
+}
+
+/// `order` (`asc`, `desc`: the default, as on OpenAI), `limit` (1–100,
+/// default 20) and `after` (an item id) of an input-item listing.
+#[derive(Debug, serde::Deserialize)]
+pub struct ListParams {
+    order: Option<String>,
+    limit: Option<usize>,
+    after: Option<String>,
+}
+
+pub async fn input_items(
+    State(s): State<Shared>,
+    Path(id): Path<String>,
+    Query(q): Query<ListParams>,
+) -> Result<Response, ApiError> {
+    let Some(stored) = store::load(&s, store::owner().as_deref(), &id).await? else {
+        return Err(not_found(&id));
+    };
+    let mut items = store::input_items(&stored);
+    match q.order.as_deref() {
+        None | Some("desc") => items.reverse(),
+        Some("asc") => {}
+        Some(other) => {
+            return Err(ApiError::invalid_param("order", format!("`order` must be `asc` or `desc`, not `{other}`.")));
+        }
+    }
+    if let Some(after) = &q.after {
+        match items.iter().position(|it| it["id"].as_str() == Some(after)) {
+            Some(p) => {
+                items.drain(..=p);
+            }
+            None => return Err(ApiError::invalid_param("after", format!("No input item `{after}` in this response."))),
+        }
+    }
+    let limit = q.limit.unwrap_or(20).clamp(1, 100);
+    let has_more = items.len() > limit;
+    items.truncate(limit);
+    let first = items.first().map(|it| it["id"].clone()).unwrap_or(Value::Null);
+    let last = items.last().map(|it| it["id"].clone()).unwrap_or(Value::Null);
+    Ok(Json(json!({"object": "list", "data": items, "first_id": first, "last_id": last, "has_more": has_more}))
+        .into_response())
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::NotFound { message: format!("Response with id '{id}' not found."), param: None, code: "not_found" }
 }
 
 /// The names of the configured server-side tools, looked up only when the

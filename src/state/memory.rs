@@ -57,6 +57,13 @@ impl StateStore for MemoryStore {
         })
     }
 
+    fn delete<'a>(&'a self, ns: &'a str, k: &'a str) -> BoxFuture<'a, Result<(), StateError>> {
+        Box::pin(async move {
+            self.cache.invalidate(&key(ns, k)).await;
+            Ok(())
+        })
+    }
+
     fn kind(&self) -> &'static str {
         "memory"
     }

@@ -40,6 +40,8 @@ pub trait StateStore: Send + Sync {
         value: Value,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), StateError>>;
+    /// Removes the value under `ns`/`key` (nothing when absent).
+    fn delete<'a>(&'a self, ns: &'a str, key: &'a str) -> BoxFuture<'a, Result<(), StateError>>;
     /// A short name for logs and metrics (`memory`, `redis`).
     fn kind(&self) -> &'static str;
 }

@@ -113,6 +113,15 @@ def conversation_by_previous_response_id():
     a = client.responses.create(model="v/echo", input="one")
     b = client.responses.create(model="v/echo", input="two", previous_response_id=a.id)
     assert b.output_text == "You said: one | two", b.output_text
+    items = client.responses.input_items.list(b.id, order="asc")
+    texts = [i.content[0].text for i in items.data]
+    assert texts == ["one", "You said: one", "two"], texts
+    client.responses.delete(b.id)
+    try:
+        client.responses.retrieve(b.id)
+        raise AssertionError("deleted response still there")
+    except openai.NotFoundError:
+        pass
 
 
 @check
