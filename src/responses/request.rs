@@ -571,6 +571,39 @@ mod tests {
     }
 
     #[test]
+    fn content_parts_translate_or_are_refused_by_name() {
+        let r = req(json!({"model": "m", "input": [
+            {"role": "user", "content": [
+                {"type": "input_text", "text": "What is this?"},
+                {"type": "input_image", "image_url": "data:image/png;base64,AAAA", "detail": "low"},
+                {"type": "input_file", "file_data": "data:application/pdf;base64,BBBB", "filename": "a.pdf"}
+            ]},
+            {"type": "function_call", "call_id": "c1", "name": "shot", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": [
+                {"type": "input_text", "text": "a cat"},
+                {"type": "input_image", "image_url": "https://x/cat.png"}
+            ]}
+        ]}));
+        let c = to_chat(&r, &[], &none).unwrap();
+        assert_eq!(
+            c.messages[0].content,
+            json!([{"type": "text", "text": "What is this?"},
+                   {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA", "detail": "low"}},
+                   {"type": "file", "file": {"file_data": "data:application/pdf;base64,BBBB", "filename": "a.pdf"}}])
+        );
+        assert_eq!(c.messages[2].content, "a cat");
+        assert_eq!(c.messages[3].role, "user");
+        assert_eq!(c.messages[3].content[1]["image_url"]["url"], "https://x/cat.png");
+        for (part, param) in [
+            (json!({"type": "input_image", "file_id": "file_1"}), "input[0].content[0]"),
+            (json!({"type": "input_audio", "input_audio": {}}), "input[0].content[0]"),
+        ] {
+            let r = req(json!({"model": "m", "input": [{"role": "user", "content": [part]}]}));
+            assert_eq!(to_chat(&r, &[], &none).unwrap_err().to_openai().1.param.as_deref(), Some(param));
+        }
+    }
+
+    #[test]
     fn bad_input_is_a_named_400() {
         for (body, param) in [
             (json!({"input": "x"}), "model"),
