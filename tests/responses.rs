@@ -563,6 +563,18 @@ async fn a_hosted_tool_is_served_by_a_server_tool_of_its_kind() {
         reqs[0]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
     assert!(names.contains(&"web_search"), "{names:?}");
     assert_eq!(tool_results(&reqs[1]).len(), 1);
+    // Streamed through the agent loop: only the answer reaches the client.
+    let (st, events) = create_stream(
+        &s.proxy,
+        &json!({"model": "v/search", "input": "news?", "tools": [{"type": "web_search_preview"}]}),
+    )
+    .await;
+    assert_eq!(st, 200, "{events:?}");
+    let done = &events.last().unwrap()["response"];
+    assert_eq!(done["status"], "completed");
+    assert_eq!(done["output"].as_array().unwrap().len(), 1, "{done}");
+    assert_eq!(done["output"][0]["content"][0]["text"], "Searched; the time tool answered.");
+    assert!(!types(&events).contains(&"response.function_call_arguments.delta"));
 }
 
 #[tokio::test]
