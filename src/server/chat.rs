@@ -1,7 +1,9 @@
 //! `POST /v1/chat/completions`: parse, route, normalize the request, call the
 //! upstream, normalize the answer, and return it as one JSON body or as SSE.
 //! Streamed and non-streamed answers share the normalizer (see
-//! [`crate::stream`]), so their outcome is the same.
+//! [`crate::stream`]), so their outcome is the same. [`answer`] is that path
+//! from a parsed request to normalized chunks, for the other front ends
+//! (`/v1/responses`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
