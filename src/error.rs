@@ -50,6 +50,12 @@ pub enum ApiError {
     /// The model names no configured provider.
     #[error("{0}")]
     ModelNotFound(String),
+    /// A named thing (a stored response) does not exist.
+    #[error("{message}")]
+    NotFound { message: String, param: Option<String>, code: &'static str },
+    /// A backend this request needs (the state store) is down.
+    #[error("{0}")]
+    Unavailable(String),
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
 }
@@ -74,6 +80,15 @@ impl ApiError {
             ApiError::ModelNotFound(msg) => (
                 StatusCode::NOT_FOUND,
                 ErrorObject::new("invalid_request_error", msg.clone()).with_code("model_not_found"),
+            ),
+            ApiError::NotFound { message, param, code } => {
+                let mut e = ErrorObject::new("invalid_request_error", message.clone()).with_code(code);
+                e.param = param.clone();
+                (StatusCode::NOT_FOUND, e)
+            }
+            ApiError::Unavailable(msg) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                ErrorObject::new("api_error", msg.clone()).with_code("service_unavailable"),
             ),
             ApiError::Upstream(e) => e.to_openai(),
         }

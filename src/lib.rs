@@ -10,6 +10,7 @@ pub mod metrics;
 pub mod openai;
 pub mod provider;
 pub mod reasoning;
+pub mod responses;
 pub mod server;
 pub mod skills;
 pub mod state;

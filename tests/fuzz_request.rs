@@ -1,7 +1,7 @@
 //! Malformed input on the request path: random bytes and random JSON shapes
-//! posted to `/v1/chat/completions` always get an HTTP answer (an OpenAI
-//! error or a completion), never a dropped connection (a panic) or a 5xx
-//! of the proxy's own making.
+//! posted to `/v1/chat/completions` and `/v1/responses` always get an HTTP
+//! answer (an OpenAI error or a completion), never a dropped connection (a
+//! panic) or a 5xx of the proxy's own making.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
 
@@ -22,6 +22,18 @@ fn arb_json() -> impl Strategy<Value = Value> {
         "\\PC{0,12}".prop_map(Value::from),
         prop_oneof![Just("user"), Just("assistant"), Just("tool"), Just("system"), Just("function"), Just("v/m")]
             .prop_map(Value::from),
+        prop_oneof![
+            Just("message"),
+            Just("function_call"),
+            Just("function_call_output"),
+            Just("reasoning"),
+            Just("input_text"),
+            Just("output_text"),
+            Just("input_image"),
+            Just("reasoning_text"),
+            Just("web_search"),
+        ]
+        .prop_map(Value::from),
     ];
     leaf.prop_recursive(4, 48, 6, |inner| {
         let keys = prop_oneof![
@@ -33,6 +45,11 @@ fn arb_json() -> impl Strategy<Value = Value> {
             Just("arguments".to_string()),
             Just("type".to_string()),
             Just("tool_call_id".to_string()),
+            Just("call_id".to_string()),
+            Just("output".to_string()),
+            Just("text".to_string()),
+            Just("summary".to_string()),
+            Just("image_url".to_string()),
             "[a-z_]{1,8}",
         ];
         prop_oneof![
@@ -72,6 +89,48 @@ fn arb_request() -> impl Strategy<Value = Value> {
         })
 }
 
+/// A Responses request whose every field may have any shape.
+fn arb_responses_request() -> impl Strategy<Value = Value> {
+    (
+        prop_oneof![Just(json!("v/m")), arb_json()],
+        prop_oneof![arb_json(), prop::collection::vec(arb_json(), 0..4).prop_map(Value::Array)],
+        prop::option::of(arb_json()),
+        prop::option::of(prop_oneof![Just(json!(true)), Just(json!(false)), arb_json()]),
+        prop::option::of(arb_json()),
+        prop::collection::btree_map(
+            prop_oneof![
+                Just("instructions"),
+                Just("previous_response_id"),
+                Just("text"),
+                Just("reasoning"),
+                Just("store"),
+                Just("max_output_tokens"),
+                Just("parallel_tool_calls"),
+            ],
+            arb_json(),
+            0..3,
+        ),
+    )
+        .prop_map(|(model, input, tools, stream, tool_choice, extra)| {
+            let mut m = Map::new();
+            m.insert("model".into(), model);
+            m.insert("input".into(), input);
+            if let Some(t) = tools {
+                m.insert("tools".into(), t);
+            }
+            if let Some(s) = stream {
+                m.insert("stream".into(), s);
+            }
+            if let Some(t) = tool_choice {
+                m.insert("tool_choice".into(), t);
+            }
+            for (k, v) in extra {
+                m.insert(k.into(), v);
+            }
+            Value::Object(m)
+        })
+}
+
 struct Env {
     rt: tokio::runtime::Runtime,
     proxy: Proxy,
@@ -90,13 +149,17 @@ fn env() -> Env {
 }
 
 fn check(env: &Env, body: Vec<u8>) -> Result<(), TestCaseError> {
+    check_at(env, "/v1/chat/completions", body)
+}
+
+fn check_at(env: &Env, path: &str, body: Vec<u8>) -> Result<(), TestCaseError> {
     let (status, text) = env
         .rt
         .block_on(async {
             let r = env
                 .proxy
                 .http
-                .post(env.proxy.url("/v1/chat/completions"))
+                .post(env.proxy.url(path))
                 .header("content-type", "application/json")
                 .body(body.clone())
                 .send()
@@ -128,6 +191,18 @@ proptest! {
     fn random_json_shapes(req in arb_request()) {
         thread_local!(static ENV: Env = env());
         ENV.with(|e| check(e, serde_json::to_vec(&req).unwrap()))?;
+    }
+
+    #[test]
+    fn random_responses_shapes(req in arb_responses_request()) {
+        thread_local!(static ENV: Env = env());
+        ENV.with(|e| check_at(e, "/v1/responses", serde_json::to_vec(&req).unwrap()))?;
+    }
+
+    #[test]
+    fn random_bytes_to_responses(body in prop::collection::vec(any::<u8>(), 0..600)) {
+        thread_local!(static ENV: Env = env());
+        ENV.with(|e| check_at(e, "/v1/responses", body))?;
     }
 
     #[test]

@@ -325,4 +325,47 @@ redis_url = "redis://127.0.0.1:{}/"
         statuses.push(p.chat(hi.clone()).await.0);
     }
     assert_eq!(statuses, [200, 200, 200, 429], "the 4th request, on either process, is over the shared budget");
+
+#[tokio::test]
+async fn a_stored_response_is_continued_and_read_on_the_other_replica() {
+    let mut redis = start_redis();
+    let server = MockServer::start().await;
+    let body = completion(json!({"role": "assistant", "content": "ok"}), "stop");
+    Mock::given(method("POST")).respond_with(ResponseTemplate::new(200).set_body_json(body)).mount(&server).await;
+    let (a, _) = replica(&server.uri(), redis.port).await;
+    let (b, _) = replica(&server.uri(), redis.port).await;
+    let post = |p: &Proxy, body: serde_json::Value| {
+        let req = p.http.post(p.url("/v1/responses")).json(&body);
+        async move {
+            let r = req.send().await.unwrap();
+            (r.status().as_u16(), r.json::<serde_json::Value>().await.unwrap())
+        }
+    };
+    let (st, r1) = post(&a, json!({"model": "v/m", "input": "first"})).await;
+    assert_eq!(st, 200, "{r1}");
+    let (st, r2) = post(&b, json!({"model": "v/m", "input": "second", "previous_response_id": r1["id"]})).await;
+    assert_eq!(st, 200, "{r2}");
+    let reqs = server.received_requests().await.unwrap();
+    let second: serde_json::Value = serde_json::from_slice(&reqs[1].body).unwrap();
+    assert_eq!(
+        second["messages"],
+        json!([{"role": "user", "content": "first"}, {"role": "assistant", "content": "ok"}, {"role": "user", "content": "second"}])
+    );
+    let got = a.http.get(a.url(&format!("/v1/responses/{}", r2["id"].as_str().unwrap()))).send().await.unwrap();
+    assert_eq!(got.status().as_u16(), 200);
+    assert_eq!(got.json::<serde_json::Value>().await.unwrap(), r2);
+    // Deleted on one replica, gone on the other.
+    let r1_url = |p: &Proxy| p.url(&format!("/v1/responses/{}", r1["id"].as_str().unwrap()));
+    assert_eq!(b.http.delete(r1_url(&b)).send().await.unwrap().status().as_u16(), 200);
+    assert_eq!(a.http.get(r1_url(&a)).send().await.unwrap().status().as_u16(), 404);
+
+    // Without Redis a conversation cannot be continued: 503, not a 404 that
+    // would tell the client its response is gone.
+    let _ = redis.child.kill();
+    let _ = redis.child.wait();
+    let (st, e) = post(&b, json!({"model": "v/m", "input": "third", "previous_response_id": r2["id"]})).await;
+    assert_eq!(st, 503, "{e}");
+    // A new conversation is still served (and simply not stored).
+    let (st, _) = post(&b, json!({"model": "v/m", "input": "fresh"})).await;
+    assert_eq!(st, 200);
 }

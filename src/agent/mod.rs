@@ -101,12 +101,45 @@ pub async fn run(
     s: Shared,
     registry: Arc<Registry>,
     route: Route,
-    mut req: ChatRequest,
+    req: ChatRequest,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
+    let trace = TraceMode::from_headers(headers);
+    let client_stream = req.is_stream();
+    let items = items(s, registry, route, req, trace).await?;
+    if client_stream { Ok(sse(items, trace)) } else { whole(items, trace).await }
+}
+
+/// The loop's answer as plain chunks (no trace), for front ends that
+/// translate it into another API (`/v1/responses`).
+pub async fn chunks(
+    s: Shared,
+    registry: Arc<Registry>,
+    route: Route,
+    req: ChatRequest,
+) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, ApiError> {
+    let items = items(s, registry, route, req, TraceMode::Off).await?;
+    Ok(items
+        .filter_map(|it| {
+            futures_util::future::ready(match it {
+                Ok(Item::Chunk(c)) => Some(Ok(c)),
+                Ok(Item::Started | Item::Trace(_)) => None,
+                Err(e) => Some(Err(e)),
+            })
+        })
+        .boxed())
+}
+
+/// Starts the loop; returns once the first upstream answer is in hand.
+async fn items(
+    s: Shared,
+    registry: Arc<Registry>,
+    route: Route,
+    mut req: ChatRequest,
+    trace: TraceMode,
+) -> Result<BoxStream<'static, Result<Item, UpstreamError>>, ApiError> {
     registry.ensure_started().await;
     let catalog = registry.catalog();
-    let trace = TraceMode::from_headers(headers);
     let client_stream = req.is_stream();
     let want_usage = client_stream && req.wants_usage();
     let client_tools: Vec<Value> = req.tools.take().unwrap_or_default();
@@ -144,10 +177,7 @@ pub async fn run(
     match items.next().await {
         Some(Err(e)) => Err(e.into()),
         None => Err(UpstreamError::Protocol("the upstream sent nothing".into()).into()),
-        Some(Ok(first)) => {
-            let items = futures_util::stream::iter([Ok(first)]).chain(items).boxed();
-            if client_stream { Ok(sse(items, trace)) } else { whole(items, trace).await }
-        }
+        Some(Ok(first)) => Ok(futures_util::stream::iter([Ok(first)]).chain(items).boxed()),
     }
 }
 

@@ -1,7 +1,9 @@
 //! `POST /v1/chat/completions`: parse, route, normalize the request, call the
 //! upstream, normalize the answer, and return it as one JSON body or as SSE.
 //! Streamed and non-streamed answers share the normalizer (see
-//! [`crate::stream`]), so their outcome is the same.
+//! [`crate::stream`]), so their outcome is the same. [`answer`] is that path
+//! from a parsed request to normalized chunks, for the other front ends
+//! (`/v1/responses`).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -11,6 +13,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
+use futures_util::stream::BoxStream;
 use futures_util::{Stream, StreamExt};
 use serde_json::Value;
 
@@ -40,6 +43,41 @@ pub async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Byte
         return crate::agent::run(s, tools, route, req, &headers).await;
     }
     let client_stream = req.is_stream();
+    let chunks = plain(&s, req).await?;
+    if client_stream {
+        Ok(sse(chunks))
+    } else {
+        let mut all = Vec::new();
+        let mut chunks = chunks;
+        while let Some(c) = chunks.next().await {
+            all.push(c?);
+        }
+        Ok(Json(assemble(all)).into_response())
+    }
+}
+
+/// The normalized answer to a parsed chat request as a stream of chunks,
+/// through the agent loop when server-side tools are configured, else the
+/// plain path. The front ends that translate another API (`/v1/responses`)
+/// call this, so every request takes the same way to the upstream and back.
+/// It returns once the upstream's first answer is in hand, so an upstream
+/// that fails at once is an `Err` (a proper HTTP status), not a stream.
+pub(crate) async fn answer(
+    s: &Shared,
+    req: ChatRequest,
+) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, ApiError> {
+    match s.tools.clone() {
+        Some(tools) => {
+            let route = route_for(s, &req.model)?;
+            crate::agent::chunks(s.clone(), tools, route, req).await
+        }
+        None => plain(s, req).await,
+    }
+}
+
+/// The plain path (no server-side tools): dispatch, then normalize.
+async fn plain(s: &Shared, req: ChatRequest) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, ApiError> {
+    let client_stream = req.is_stream();
     let client_tools = req.tools.clone().unwrap_or_default();
     let declares_tools = req.declares_tools();
     let want_usage = client_stream && req.wants_usage();
@@ -47,7 +85,7 @@ pub async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Byte
     // Retries, circuit breakers and fallback along an alias chain; the route
     // that answered (and how its request was rewritten) decides how its
     // answer is normalized.
-    let (route, plan, reply) = super::dispatch::send(&s, &req).await?;
+    let (route, plan, reply) = super::dispatch::send(s, &req).await?;
     let provider = route.provider.clone();
     let tools = if plan.tools_offered { tool_index(&client_tools, &plan.names_back) } else { ToolIndex::default() };
     let settings = Settings {
@@ -68,12 +106,7 @@ pub async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Byte
             norm.push(completion_to_chunk(completion), &mut chunks);
             norm.finish(&mut chunks);
             crate::reasoning::remember(s.store.as_ref(), s.state_ttl, &norm.captures()).await;
-            if client_stream {
-                let items = futures_util::stream::iter(chunks.into_iter().map(Ok));
-                Ok(sse(items.boxed()))
-            } else {
-                Ok(Json(assemble(chunks)).into_response())
-            }
+            Ok(futures_util::stream::iter(chunks.into_iter().map(Ok)).boxed())
         }
         Reply::Events(mut events) => {
             // Wait for the first event so an upstream that fails at once
@@ -86,17 +119,7 @@ pub async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Byte
                 Some(Ok(data)) => Some(parse_chunk(&data)?),
                 _ => None,
             };
-            let chunks = normalized(events, first_chunk, norm, s.clone());
-            if client_stream {
-                Ok(sse(chunks.boxed()))
-            } else {
-                let mut all = Vec::new();
-                let mut chunks = std::pin::pin!(chunks);
-                while let Some(c) = chunks.next().await {
-                    all.push(c?);
-                }
-                Ok(Json(assemble(all)).into_response())
-            }
+            Ok(normalized(events, first_chunk, norm, s.clone()).boxed())
         }
     }
 }
@@ -213,7 +236,7 @@ fn assemble(chunks: Vec<Chunk>) -> Value {
 }
 
 /// SSE out (see [`super::sse`]).
-fn sse(chunks: futures_util::stream::BoxStream<'static, Result<Chunk, UpstreamError>>) -> Response {
+fn sse(chunks: BoxStream<'static, Result<Chunk, UpstreamError>>) -> Response {
     let events = async_stream::stream! {
         let mut chunks = chunks;
         while let Some(c) = chunks.next().await {

@@ -55,6 +55,9 @@ pub struct RequestCtx {
     pub start: Instant,
     /// The `model` the client asked for, when the body names one.
     pub model: Option<String>,
+    /// The name of the proxy key that authenticated the request (none when
+    /// auth is off).
+    pub key: Option<String>,
     /// Provider and upstream model that served it (the last tried).
     served: Mutex<Option<(String, String)>>,
 }
@@ -251,7 +254,8 @@ async fn serve(s: Shared, req: Request, next: Next, id: String) -> Response {
     } else {
         Request::from_parts(parts, body)
     };
-    let ctx = Arc::new(RequestCtx { id, start, model, served: Mutex::new(None) });
+    let key_name = key.as_ref().map(|k| k.name.clone());
+    let ctx = Arc::new(RequestCtx { id, start, model, key: key_name, served: Mutex::new(None) });
     let mut done = Done {
         ctx: ctx.clone(),
         key: key.map(|k| k.name.clone()),

@@ -8,6 +8,7 @@ pub mod edge;
 pub mod limits;
 mod models;
 mod passthrough;
+mod responses;
 pub mod shutdown;
 pub(crate) mod sse;
 
@@ -113,6 +114,9 @@ pub fn app(state: Shared) -> Router {
     let body_limit = DefaultBodyLimit::max(state.edge.limits.max_body_bytes);
     Router::new()
         .route("/v1/chat/completions", post(chat::completions))
+        .route("/v1/responses", post(responses::create))
+        .route("/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
+        .route("/v1/responses/{id}/input_items", get(responses::input_items))
         .route("/v1/models", get(models::list))
         .route("/v1/embeddings", post(passthrough::embeddings))
         .route("/healthz", get(|| async { "ok" }))

@@ -57,6 +57,13 @@ impl StateStore for MemoryStore {
         })
     }
 
+    fn delete<'a>(&'a self, ns: &'a str, k: &'a str) -> BoxFuture<'a, Result<(), StateError>> {
+        Box::pin(async move {
+            self.cache.invalidate(&key(ns, k)).await;
+            Ok(())
+        })
+    }
+
     fn kind(&self) -> &'static str {
         "memory"
     }
@@ -76,5 +83,8 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(80)).await;
         assert_eq!(s.get("b", "k").await.unwrap(), None);
         assert_eq!(s.get("c", "k").await.unwrap(), None);
+        s.delete("a", "k").await.unwrap();
+        assert_eq!(s.get("a", "k").await.unwrap(), None);
+        s.delete("a", "never").await.unwrap();
     }
 }

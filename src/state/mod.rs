@@ -41,6 +41,8 @@ pub trait StateStore: Send + Sync {
         value: Value,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), StateError>>;
+    /// Removes the value under `ns`/`key` (nothing when absent).
+    fn delete<'a>(&'a self, ns: &'a str, key: &'a str) -> BoxFuture<'a, Result<(), StateError>>;
     /// A short name for logs and metrics (`memory`, `redis`).
     fn kind(&self) -> &'static str;
     /// Takes one request from the shared budget `bucket` of `per_minute`
@@ -73,6 +75,8 @@ pub mod ns {
     pub const REASONING: &str = "reasoning";
     /// Hidden server-side tool exchanges to splice back into a history.
     pub const SPLICE: &str = "splice";
+    /// Stored Responses API responses and their conversations.
+    pub const RESPONSES: &str = "responses";
 }
 
 /// Settings of the `[state]` config section.

@@ -127,6 +127,14 @@ impl StateStore for RedisStore {
         })
     }
 
+    fn delete<'a>(&'a self, ns: &'a str, k: &'a str) -> BoxFuture<'a, Result<(), StateError>> {
+        Box::pin(async move {
+            let mut cmd = redis::cmd("DEL");
+            cmd.arg(key(ns, k));
+            self.run::<()>("delete", cmd).await
+        })
+    }
+
     fn kind(&self) -> &'static str {
         "redis"
     }

@@ -1,0 +1,449 @@
+//! Normalized chat chunks → the Responses event stream, as a state machine
+//! that also builds the final response object (a non-streamed request runs
+//! the same machine and keeps only the object, so both agree).
+//!
+//! Output items open and close in the order the answer arrives:
+//! reasoning (`reasoning_content`) is a `reasoning` item whose raw text is a
+//! `reasoning_text` content part (`response.reasoning_text.delta`; modelshim
+//! has the model's reasoning, not a summary of it), text is a `message`
+//! item with one `output_text` part, and each tool call (by its chat
+//! `index`, never by id: only the first delta carries one) a `function_call`
+//! item. An item closes when an item of another kind starts or the answer
+//! ends; calls close at the end. Every event has a `sequence_number`.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+
+use crate::openai::Chunk;
+use crate::provider::UpstreamError;
+
+/// One output item while it is built.
+#[derive(Debug)]
+enum Kind {
+    Reasoning { text: String },
+    Message { text: String },
+    Call { call_id: String, name: String, arguments: String },
+}
+
+#[derive(Debug)]
+struct Item {
+    id: String,
+    kind: Kind,
+    done: bool,
+}
+
+impl Item {
+    fn json(&self, status: &str) -> Value {
+        match &self.kind {
+            Kind::Reasoning { text } => {
+                let content = if status == "in_progress" { json!([]) } else { json!([reasoning_part(text)]) };
+                json!({"id": self.id, "type": "reasoning", "summary": [], "content": content, "status": status})
+            }
+            Kind::Message { text } => {
+                let content = if status == "in_progress" { json!([]) } else { json!([text_part(text)]) };
+                json!({"id": self.id, "type": "message", "role": "assistant", "status": status, "content": content})
+            }
+            Kind::Call { call_id, name, arguments } => {
+                let arguments = if status == "in_progress" { "" } else { arguments.as_str() };
+                json!({"id": self.id, "type": "function_call", "status": status, "call_id": call_id, "name": name, "arguments": arguments})
+            }
+        }
+    }
+}
+
+fn text_part(text: &str) -> Value {
+    json!({"type": "output_text", "text": text, "annotations": [], "logprobs": []})
+}
+
+fn reasoning_part(text: &str) -> Value {
+    json!({"type": "reasoning_text", "text": text})
+}
+
+/// A new id with OpenAI's prefix style (`resp_`, `msg_`, `rs_`, `fc_`).
+pub fn new_id(prefix: &str) -> String {
+    format!("{prefix}_{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
+}
+
+/// Builds the events and the response object from normalized chunks.
+pub struct Builder {
+    response: Value,
+    seq: u64,
+    items: Vec<Item>,
+    /// Chat tool-call index → position in `items`.
+    calls: BTreeMap<u32, usize>,
+    usage: Option<Value>,
+    finish: Option<String>,
+}
+
+impl Builder {
+    /// `response` is the object as created (status `in_progress`, no output).
+    pub fn new(response: Value) -> Self {
+        Builder { response, seq: 0, items: Vec::new(), calls: BTreeMap::new(), usage: None, finish: None }
+    }
+
+    fn event(&mut self, kind: &str, mut body: Map<String, Value>) -> Value {
+        body.insert("type".into(), json!(kind));
+        body.insert("sequence_number".into(), json!(self.seq));
+        self.seq += 1;
+        Value::Object(body)
+    }
+
+    fn at(&mut self, kind: &str, index: usize, mut fields: Value) -> Value {
+        let mut body = Map::new();
+        let id = self.items[index].id.clone();
+        body.insert("item_id".into(), json!(id));
+        body.insert("output_index".into(), json!(index));
+        if let Value::Object(f) = fields.take() {
+            body.extend(f);
+        }
+        self.event(kind, body)
+    }
+
+    /// `response.created` and `response.in_progress`.
+    pub fn start(&mut self) -> Vec<Value> {
+        let r = self.response.clone();
+        let mut created = Map::new();
+        created.insert("response".into(), r.clone());
+        let mut progress = Map::new();
+        progress.insert("response".into(), r);
+        vec![self.event("response.created", created), self.event("response.in_progress", progress)]
+    }
+
+    /// The events of one normalized chunk (choice 0 only: Responses has one).
+    pub fn push(&mut self, chunk: Chunk, out: &mut Vec<Value>) {
+        if let Some(u) = chunk.usage.filter(|u| !u.is_null()) {
+            self.usage = Some(u);
+        }
+        for ch in chunk.choices.into_iter().filter(|c| c.index == 0) {
+            let d = ch.delta;
+            if let Some(r) = d.reasoning_content.filter(|r| !r.is_empty()) {
+                let i = self.text_item(true, out);
+                if let Kind::Reasoning { text } = &mut self.items[i].kind {
+                    text.push_str(&r);
+                }
+                let ev = self.at("response.reasoning_text.delta", i, json!({"content_index": 0, "delta": r}));
+                out.push(ev);
+            }
+            if let Some(t) = d.content.filter(|t| !t.is_empty()) {
+                let i = self.text_item(false, out);
+                if let Kind::Message { text } = &mut self.items[i].kind {
+                    text.push_str(&t);
+                }
+                let ev =
+                    self.at("response.output_text.delta", i, json!({"content_index": 0, "delta": t, "logprobs": []}));
+                out.push(ev);
+            }
+            for tc in d.tool_calls.into_iter().flatten() {
+                let ix = tc.index.unwrap_or(0);
+                let f = tc.function.unwrap_or_default();
+                let i = match self.calls.get(&ix) {
+                    Some(&i) => i,
+                    None => {
+                        self.close_text(out);
+                        let call_id = tc.id.clone().unwrap_or_else(crate::openai::new_call_id);
+                        let name = f.name.clone().unwrap_or_default();
+                        let item = Item {
+                            id: new_id("fc"),
+                            kind: Kind::Call { call_id, name, arguments: String::new() },
+                            done: false,
+                        };
+                        let i = self.open(item, out);
+                        self.calls.insert(ix, i);
+                        i
+                    }
+                };
+                if let Some(Value::String(a)) = f.arguments.filter(|a| a.as_str().is_some_and(|a| !a.is_empty())) {
+                    if let Kind::Call { arguments, .. } = &mut self.items[i].kind {
+                        arguments.push_str(&a);
+                    }
+                    let ev = self.at("response.function_call_arguments.delta", i, json!({"delta": a}));
+                    out.push(ev);
+                }
+            }
+            if ch.finish_reason.is_some() {
+                self.finish = ch.finish_reason;
+            }
+        }
+    }
+
+    /// The open reasoning (or message) item, opened (closing others) when
+    /// the last item is not one.
+    fn text_item(&mut self, reasoning: bool, out: &mut Vec<Value>) -> usize {
+        if let Some((i, last)) = self.items.iter().enumerate().next_back()
+            && !last.done
+            && matches!((&last.kind, reasoning), (Kind::Reasoning { .. }, true) | (Kind::Message { .. }, false))
+        {
+            return i;
+        }
+        self.close_all(out);
+        let (prefix, kind) = if reasoning {
+            ("rs", Kind::Reasoning { text: String::new() })
+        } else {
+            ("msg", Kind::Message { text: String::new() })
+        };
+        let i = self.open(Item { id: new_id(prefix), kind, done: false }, out);
+        let part = if reasoning { reasoning_part("") } else { text_part("") };
+        let ev = self.at("response.content_part.added", i, json!({"content_index": 0, "part": part}));
+        out.push(ev);
+        i
+    }
+
+    fn open(&mut self, item: Item, out: &mut Vec<Value>) -> usize {
+        let i = self.items.len();
+        let json = item.json("in_progress");
+        self.items.push(item);
+        let mut body = Map::new();
+        body.insert("output_index".into(), json!(i));
+        body.insert("item".into(), json);
+        out.push(self.event("response.output_item.added", body));
+        i
+    }
+
+    fn close_text(&mut self, out: &mut Vec<Value>) {
+        if let Some(i) = self.items.iter().position(|it| !it.done && !matches!(it.kind, Kind::Call { .. })) {
+            self.close(i, out);
+        }
+    }
+
+    fn close_all(&mut self, out: &mut Vec<Value>) {
+        for i in 0..self.items.len() {
+            if !self.items[i].done {
+                self.close(i, out);
+            }
+        }
+        self.calls.clear();
+    }
+
+    fn close(&mut self, i: usize, out: &mut Vec<Value>) {
+        self.items[i].done = true;
+        let evs = match &self.items[i].kind {
+            Kind::Reasoning { text } => {
+                let text = text.clone();
+                vec![
+                    ("response.reasoning_text.done", json!({"content_index": 0, "text": text})),
+                    ("response.content_part.done", json!({"content_index": 0, "part": reasoning_part(&text)})),
+                ]
+            }
+            Kind::Message { text } => {
+                let text = text.clone();
+                vec![
+                    ("response.output_text.done", json!({"content_index": 0, "text": text, "logprobs": []})),
+                    ("response.content_part.done", json!({"content_index": 0, "part": text_part(&text)})),
+                ]
+            }
+            Kind::Call { arguments, name, .. } => {
+                vec![("response.function_call_arguments.done", json!({"arguments": arguments, "name": name}))]
+            }
+        };
+        for (kind, fields) in evs {
+            let ev = self.at(kind, i, fields);
+            out.push(ev);
+        }
+        let item = self.items[i].json("completed");
+        let mut body = Map::new();
+        body.insert("output_index".into(), json!(i));
+        body.insert("item".into(), item);
+        out.push(self.event("response.output_item.done", body));
+    }
+
+    /// The output items so far (finished ones as completed).
+    pub fn output(&self) -> Vec<Value> {
+        self.items.iter().map(|it| it.json(if it.done { "completed" } else { "incomplete" })).collect()
+    }
+
+    /// Closes every item and settles the response object (status, output,
+    /// usage); returns the closing events, without the terminal event
+    /// (see [`Builder::terminal`]), so the caller can store the response
+    /// first.
+    pub fn finish(&mut self) -> Vec<Value> {
+        let mut out = Vec::new();
+        self.close_all(&mut out);
+        let incomplete = match self.finish.as_deref() {
+            Some("length") => Some("max_output_tokens"),
+            Some("content_filter") => Some("content_filter"),
+            _ => None,
+        };
+        let output = self.output();
+        let usage = self.usage.as_ref().map(usage);
+        let r = &mut self.response;
+        r["status"] = json!(if incomplete.is_some() { "incomplete" } else { "completed" });
+        r["incomplete_details"] = incomplete.map_or(Value::Null, |reason| json!({"reason": reason}));
+        r["output"] = Value::Array(output);
+        r["usage"] = usage.unwrap_or(Value::Null);
+        r["completed_at"] = json!(crate::openai::now());
+        out
+    }
+
+    /// `response.completed` (or `response.incomplete`) after [`Builder::finish`].
+    pub fn terminal(&mut self) -> Value {
+        let kind = if self.response["status"] == "incomplete" { "response.incomplete" } else { "response.completed" };
+        let mut body = Map::new();
+        body.insert("response".into(), self.response.clone());
+        self.event(kind, body)
+    }
+
+    /// `response.failed` for an upstream failure mid-stream.
+    pub fn fail(&mut self, e: &UpstreamError) -> Value {
+        let (status, obj) = e.to_openai();
+        let code = if status.as_u16() == 429 { "rate_limit_exceeded" } else { "server_error" };
+        let output = self.output();
+        let r = &mut self.response;
+        r["status"] = json!("failed");
+        r["output"] = Value::Array(output);
+        r["error"] = json!({"code": code, "message": obj.message, "type": obj.kind, "param": obj.param});
+        let mut body = Map::new();
+        body.insert("response".into(), self.response.clone());
+        self.event("response.failed", body)
+    }
+
+    /// The response object as it stands.
+    pub fn response(&self) -> &Value {
+        &self.response
+    }
+}
+
+/// Chat usage → Responses usage (with the details the SDK types require).
+pub fn usage(u: &Value) -> Value {
+    let n = |v: &Value| v.as_u64().unwrap_or(0);
+    let input = n(&u["prompt_tokens"]);
+    let output = n(&u["completion_tokens"]);
+    let total = u["total_tokens"].as_u64().unwrap_or(input + output);
+    let cached = u["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .or_else(|| u["prompt_cache_hit_tokens"].as_u64())
+        .unwrap_or(0);
+    let reasoning = n(&u["completion_tokens_details"]["reasoning_tokens"]);
+    json!({
+        "input_tokens": input,
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
+        "output_tokens": output,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": total,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::openai::{ChunkChoice, Delta, FunctionDelta, ToolCallDelta};
+
+    fn chunk(delta: Delta, finish: Option<&str>) -> Chunk {
+        Chunk {
+            choices: vec![ChunkChoice {
+                index: 0,
+                delta,
+                finish_reason: finish.map(str::to_string),
+                extra: Map::new(),
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn call(ix: u32, id: Option<&str>, name: Option<&str>, args: &str) -> Delta {
+        Delta {
+            tool_calls: Some(vec![ToolCallDelta {
+                index: Some(ix),
+                id: id.map(str::to_string),
+                kind: Some("function".into()),
+                function: Some(FunctionDelta {
+                    name: name.map(str::to_string),
+                    arguments: Some(json!(args)),
+                    extra: Map::new(),
+                }),
+                extra: Map::new(),
+            }]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn reasoning_text_and_calls_in_order() {
+        let mut b = Builder::new(json!({"id": "resp_1", "object": "response", "status": "in_progress", "output": []}));
+        let mut out = b.start();
+        let r = |t: &str| Delta { reasoning_content: Some(t.into()), ..Default::default() };
+        let c = |t: &str| Delta { content: Some(t.into()), ..Default::default() };
+        for ch in [
+            chunk(r("thin"), None),
+            chunk(r("king"), None),
+            chunk(c("Let me "), None),
+            chunk(c("look."), None),
+            chunk(call(0, Some("call_a"), Some("f"), "{\"a\""), None),
+            chunk(call(0, None, None, ":1}"), None),
+            chunk(call(1, Some("call_b"), Some("g"), "{}"), Some("tool_calls")),
+        ] {
+            b.push(ch, &mut out);
+        }
+        let mut u = chunk(Delta::default(), None);
+        u.choices.clear();
+        u.usage = Some(json!({"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}));
+        b.push(u, &mut out);
+        out.extend(b.finish());
+        out.push(b.terminal());
+        let kinds: Vec<&str> = out.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "response.created",
+                "response.in_progress",
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.reasoning_text.delta",
+                "response.reasoning_text.delta",
+                "response.reasoning_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.output_item.added",
+                "response.content_part.added",
+                "response.output_text.delta",
+                "response.output_text.delta",
+                "response.output_text.done",
+                "response.content_part.done",
+                "response.output_item.done",
+                "response.output_item.added",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.delta",
+                "response.output_item.added",
+                "response.function_call_arguments.delta",
+                "response.function_call_arguments.done",
+                "response.output_item.done",
+                "response.function_call_arguments.done",
+                "response.output_item.done",
+                "response.completed",
+            ]
+        );
+        for (i, e) in out.iter().enumerate() {
+            assert_eq!(e["sequence_number"], i as u64);
+        }
+        let resp = &out.last().unwrap()["response"];
+        assert_eq!(resp["status"], "completed");
+        assert_eq!(resp["usage"]["input_tokens"], 3);
+        assert_eq!(resp["usage"]["total_tokens"], 5);
+        let o = resp["output"].as_array().unwrap();
+        assert_eq!(o[0]["content"][0]["text"], "thinking");
+        assert_eq!(o[1]["content"][0]["text"], "Let me look.");
+        assert_eq!(o[2]["arguments"], "{\"a\":1}");
+        assert_eq!(o[2]["call_id"], "call_a");
+        assert_eq!(o[3]["name"], "g");
+        assert!(o[0]["id"].as_str().unwrap().starts_with("rs_"));
+        assert!(o[1]["id"].as_str().unwrap().starts_with("msg_"));
+        assert!(o[2]["id"].as_str().unwrap().starts_with("fc_"));
+    }
+
+    #[test]
+    fn length_is_incomplete_and_failure_is_failed() {
+        let mut b = Builder::new(json!({"id": "resp_1"}));
+        let mut out = Vec::new();
+        b.push(chunk(Delta { content: Some("abc".into()), ..Default::default() }, Some("length")), &mut out);
+        b.finish();
+        let t = b.terminal();
+        assert_eq!(t["type"], "response.incomplete");
+        assert_eq!(t["response"]["incomplete_details"]["reason"], "max_output_tokens");
+        let mut b = Builder::new(json!({"id": "resp_2"}));
+        b.push(chunk(Delta { content: Some("abc".into()), ..Default::default() }, None), &mut out);
+        let f = b.fail(&UpstreamError::Protocol("cut".into()));
+        assert_eq!(f["type"], "response.failed");
+        assert_eq!(f["response"]["error"]["code"], "server_error");
+        assert_eq!(f["response"]["output"][0]["status"], "incomplete");
+    }
+}

@@ -1,0 +1,106 @@
+//! Stored responses (`store: true`, the default): the response object and
+//! the whole conversation up to it — every earlier input item, this
+//! request's input and the output items — in the conversation-state store
+//! (namespace `responses`, the state TTL), so `previous_response_id` and
+//! `GET /v1/responses/{id}` work on any replica that shares the store.
+
+use serde_json::{Value, json};
+
+use crate::error::ApiError;
+use crate::server::Shared;
+use crate::state::ns;
+
+/// A stored response and its conversation.
+pub struct Stored {
+    pub response: Value,
+    /// Input and output items of every turn up to and including this one.
+    pub items: Vec<Value>,
+}
+
+/// The proxy key the request came with, by name (`None` with auth off).
+/// Read it in the handler: a response body stream is polled outside the
+/// edge's task-local context.
+pub fn owner() -> Option<String> {
+    crate::server::edge::current().and_then(|c| c.key.clone())
+}
+
+/// Saves a finished response, owned by the request's proxy key (`owner`). A store
+/// failure is logged: the answer is delivered anyway, only a later
+/// `previous_response_id` will miss it.
+pub async fn save(s: &Shared, owner: Option<&str>, response: &Value, mut items: Vec<Value>) {
+    let Some(id) = response["id"].as_str() else { return };
+    // Every item gets an id once, so listings page stably.
+    for it in &mut items {
+        if let Some(o) = it.as_object_mut()
+            && !o.get("id").is_some_and(Value::is_string)
+        {
+            let prefix = match o.get("type").and_then(Value::as_str) {
+                Some("function_call") => "fc",
+                Some("function_call_output") => "fco",
+                Some("reasoning") => "rs",
+                _ => "msg",
+            };
+            o.insert("id".into(), Value::String(super::events::new_id(prefix)));
+        }
+    }
+    let value = json!({"response": response, "items": items, "owner": owner});
+    if let Err(e) = s.store.put(ns::RESPONSES, id, value, s.state_ttl).await {
+        tracing::warn!(store = s.store.kind(), "cannot store response {id}: {e}");
+    }
+}
+
+/// The stored response `id`; `Ok(None)` when there is none (never stored,
+/// `store: false`, expired, or made with another proxy key: keys do not
+/// see each other's conversations).
+pub async fn load(s: &Shared, owner: Option<&str>, id: &str) -> Result<Option<Stored>, ApiError> {
+    match s.store.get(ns::RESPONSES, id).await {
+        Ok(Some(v)) if v.get("owner").and_then(Value::as_str) != owner => {
+            tracing::warn!(id, "a stored response was asked for with another proxy key");
+            Ok(None)
+        }
+        Ok(Some(v)) => {
+            let response = v.get("response").cloned().unwrap_or(Value::Null);
+            let items = v.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
+            Ok(Some(Stored { response, items }))
+        }
+        Ok(None) => Ok(None),
+        Err(e) => Err(ApiError::Unavailable(format!("The response store is unavailable: {e}"))),
+    }
+}
+
+/// Deletes a stored response; `false` when there was none for this key.
+pub async fn delete(s: &Shared, owner: Option<&str>, id: &str) -> Result<bool, ApiError> {
+    if load(s, owner, id).await?.is_none() {
+        return Ok(false);
+    }
+    s.store
+        .delete(ns::RESPONSES, id)
+        .await
+        .map_err(|e| ApiError::Unavailable(format!("The response store is unavailable: {e}")))?;
+    Ok(true)
+}
+
+/// The input items of a stored response (everything the model was given
+/// except `instructions`: earlier turns' items and this request's input),
+/// in conversation order, with message content as parts the way OpenAI
+/// lists it.
+pub fn input_items(stored: &Stored) -> Vec<Value> {
+    let outputs = stored.response["output"].as_array().map_or(0, Vec::len);
+    let n = stored.items.len().saturating_sub(outputs);
+    stored.items[..n]
+        .iter()
+        .map(|it| {
+            let mut it = it.clone();
+            if it["type"] == "message" {
+                if let Some(text) = it["content"].as_str().map(str::to_string) {
+                    let kind = if it["role"] == "assistant" { "output_text" } else { "input_text" };
+                    it["content"] = json!([{"type": kind, "text": text}]);
+                }
+                if it.get("status").is_none() {
+                    it["status"] = json!("completed");
+                }
+            }
+            it
+        })
+        .collect()
+}

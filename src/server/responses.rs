@@ -1,0 +1,243 @@
+//! The Responses API front end: `POST /v1/responses`, `GET` and `DELETE
+//! /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`. The body is
+//! translated into a chat request ([`crate::responses::request`]) that is
+//! answered by the same code as `/v1/chat/completions`
+//! ([`super::chat::answer`]); the normalized chunks become the Responses
+//! event stream or one response object ([`crate::responses::events`]). See
+//! [`crate::responses`].
+
+use std::convert::Infallible;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::response::sse::Event;
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use serde_json::{Value, json};
+
+use super::Shared;
+use crate::error::ApiError;
+use crate::openai::Chunk;
+use crate::provider::UpstreamError;
+use crate::responses::events::{Builder, new_id};
+use crate::responses::request::{self, Request};
+use crate::responses::store;
+
+pub async fn create(State(s): State<Shared>, body: Bytes) -> Result<Response, ApiError> {
+    let req = request::parse(&body)?;
+    let owner = store::owner();
+    let history = match &req.previous_response_id {
+        Some(id) => match store::load(&s, owner.as_deref(), id).await? {
+            Some(stored) => stored.items,
+            None => {
+                return Err(ApiError::NotFound {
+                    message: format!("Previous response with id '{id}' not found."),
+                    param: Some("previous_response_id".into()),
+                    code: "previous_response_not_found",
+                });
+            }
+        },
+        None => Vec::new(),
+    };
+    let names = server_tool_names(&s, &req).await;
+    let lookup = |kind: &str| -> Option<String> {
+        let suffix = format!("__{kind}");
+        names.iter().find(|n| *n == kind || n.ends_with(&suffix)).cloned()
+    };
+    let chat = request::to_chat(&req, &history, &lookup)?;
+    // The edge counts `messages` of chat bodies; here they exist only now,
+    // with the stored history in them.
+    let max = s.edge.limits.max_messages;
+    if chat.messages.len() > max {
+        return Err(ApiError::invalid_param(
+            "input",
+            format!("Too many messages: {} with the earlier turns, the limit is {max}.", chat.messages.len()),
+        ));
+    }
+    let mut items = history;
+    items.extend(req.input.iter().cloned());
+    let builder = Builder::new(skeleton(&req, &new_id("resp")));
+    // Returns once the upstream answered: an upstream that fails at once
+    // gets its HTTP status and OpenAI error body here.
+    let chunks = super::chat::answer(&s, chat).await?;
+    if req.stream {
+        return Ok(stream(s, builder, chunks, items, req.store.then_some(owner)));
+    }
+    let mut b = builder;
+    let mut chunks = chunks;
+    let mut events = Vec::new();
+    while let Some(c) = chunks.next().await {
+        b.push(c?, &mut events);
+        events.clear();
+    }
+    b.finish();
+    if req.store {
+        save(&s, owner.as_deref(), &b, items).await;
+    }
+    Ok(Json(b.response().clone()).into_response())
+}
+
+pub async fn retrieve(State(s): State<Shared>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    match store::load(&s, store::owner().as_deref(), &id).await? {
+        Some(stored) => Ok(Json(stored.response).into_response()),
+        None => Err(not_found(&id)),
+    }
+}
+
+pub async fn delete(State(s): State<Shared>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    if store::delete(&s, store::owner().as_deref(), &id).await? {
+        Ok(Json(json!({"id": id, "object": "response", "deleted": true})).into_response())
+    } else {
+        Err(not_found(&id))
+    }
+}
+
+/// `order` (`asc`, `desc`: the default, as on OpenAI), `limit` (1–100,
+/// default 20) and `after` (an item id) of an input-item listing.
+#[derive(Debug, serde::Deserialize)]
+pub struct ListParams {
+    order: Option<String>,
+    limit: Option<usize>,
+    after: Option<String>,
+}
+
+pub async fn input_items(
+    State(s): State<Shared>,
+    Path(id): Path<String>,
+    Query(q): Query<ListParams>,
+) -> Result<Response, ApiError> {
+    let Some(stored) = store::load(&s, store::owner().as_deref(), &id).await? else {
+        return Err(not_found(&id));
+    };
+    let mut items = store::input_items(&stored);
+    match q.order.as_deref() {
+        None | Some("desc") => items.reverse(),
+        Some("asc") => {}
+        Some(other) => {
+            return Err(ApiError::invalid_param("order", format!("`order` must be `asc` or `desc`, not `{other}`.")));
+        }
+    }
+    if let Some(after) = &q.after {
+        match items.iter().position(|it| it["id"].as_str() == Some(after)) {
+            Some(p) => {
+                items.drain(..=p);
+            }
+            None => return Err(ApiError::invalid_param("after", format!("No input item `{after}` in this response."))),
+        }
+    }
+    let limit = q.limit.unwrap_or(20).clamp(1, 100);
+    let has_more = items.len() > limit;
+    items.truncate(limit);
+    let first = items.first().map(|it| it["id"].clone()).unwrap_or(Value::Null);
+    let last = items.last().map(|it| it["id"].clone()).unwrap_or(Value::Null);
+    Ok(Json(json!({"object": "list", "data": items, "first_id": first, "last_id": last, "has_more": has_more}))
+        .into_response())
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::NotFound { message: format!("Response with id '{id}' not found."), param: None, code: "not_found" }
+}
+
+/// The names of the configured server-side tools, looked up only when the
+/// request declares a hosted tool (they may serve it).
+async fn server_tool_names(s: &Shared, req: &Request) -> Vec<String> {
+    let hosted = req.body.get("tools").and_then(Value::as_array).is_some_and(|tools| {
+        tools.iter().any(|t| t.get("type").and_then(Value::as_str).is_some_and(|k| k != "function"))
+    });
+    let Some(registry) = s.tools.clone().filter(|_| hosted) else { return Vec::new() };
+    registry.ensure_started().await;
+    registry.catalog().offered().map(|e| e.spec.name.clone()).collect()
+}
+
+/// Stores the finished response with the conversation up to it.
+async fn save(s: &Shared, owner: Option<&str>, b: &Builder, mut items: Vec<Value>) {
+    let r = b.response();
+    items.extend(r["output"].as_array().cloned().unwrap_or_default());
+    store::save(s, owner, r, items).await;
+}
+
+/// The response object as created: the request's settings echoed, no output.
+fn skeleton(req: &Request, id: &str) -> Value {
+    let b = &req.body;
+    let get = |k: &str, default: Value| b.get(k).filter(|v| !v.is_null()).cloned().unwrap_or(default);
+    let effort = b.get("reasoning").and_then(|r| r.get("effort")).cloned().unwrap_or(Value::Null);
+    let summary = b.get("reasoning").and_then(|r| r.get("summary")).cloned().unwrap_or(Value::Null);
+    json!({
+        "id": id,
+        "object": "response",
+        "created_at": crate::openai::now(),
+        "status": "in_progress",
+        "background": false,
+        "error": null,
+        "incomplete_details": null,
+        "instructions": get("instructions", Value::Null),
+        "max_output_tokens": get("max_output_tokens", Value::Null),
+        "max_tool_calls": get("max_tool_calls", Value::Null),
+        "model": req.model,
+        "output": [],
+        "parallel_tool_calls": get("parallel_tool_calls", json!(true)),
+        "previous_response_id": req.previous_response_id,
+        "reasoning": {"effort": effort, "summary": summary},
+        "store": req.store,
+        "temperature": get("temperature", json!(1.0)),
+        "text": get("text", json!({"format": {"type": "text"}})),
+        "tool_choice": get("tool_choice", json!("auto")),
+        "tools": get("tools", json!([])),
+        "top_p": get("top_p", json!(1.0)),
+        "truncation": get("truncation", json!("disabled")),
+        "usage": null,
+        "user": get("user", Value::Null),
+        "metadata": get("metadata", json!({})),
+    })
+}
+
+/// One Responses event as SSE: `event: <type>` and the JSON.
+fn event(e: &Value) -> Event {
+    Event::default().event(e["type"].as_str().unwrap_or("message")).data(e.to_string())
+}
+
+/// The event stream. An upstream failure mid-stream is `response.failed`;
+/// the response is stored before its last events go out, so a client that
+/// sends the next turn the moment it sees `response.completed` finds it.
+fn stream(
+    s: Shared,
+    mut b: Builder,
+    chunks: BoxStream<'static, Result<Chunk, UpstreamError>>,
+    items: Vec<Value>,
+    // Stored for this proxy key (`Some(None)` with auth off), or not stored.
+    keep: Option<Option<String>>,
+) -> Response {
+    let events = async_stream::stream! {
+        for e in b.start() {
+            yield Ok::<_, Infallible>(event(&e));
+        }
+        let mut chunks = chunks;
+        let mut out = Vec::new();
+        while let Some(c) = chunks.next().await {
+            match c {
+                Ok(c) => {
+                    b.push(c, &mut out);
+                    for e in out.drain(..) {
+                        yield Ok(event(&e));
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "the upstream failed mid-stream");
+                    yield Ok(event(&b.fail(&e)));
+                    return;
+                }
+            }
+        }
+        let closing = b.finish();
+        if let Some(owner) = &keep {
+            save(&s, owner.as_deref(), &b, items).await;
+        }
+        for e in closing {
+            yield Ok(event(&e));
+        }
+        yield Ok(event(&b.terminal()));
+    };
+    super::sse::response(events)
+}
