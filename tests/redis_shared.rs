@@ -325,6 +325,7 @@ redis_url = "redis://127.0.0.1:{}/"
         statuses.push(p.chat(hi.clone()).await.0);
     }
     assert_eq!(statuses, [200, 200, 200, 429], "the 4th request, on either process, is over the shared budget");
+}
 
 #[tokio::test]
 async fn a_stored_response_is_continued_and_read_on_the_other_replica() {
