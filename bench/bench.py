@@ -237,6 +237,8 @@ def modelshim_conf(port: int, up: int, paced: int, slow: int) -> str:
             provider(lane, f"http://127.0.0.1:{up}/{lane}/v1", "native")
     provider("paced", f"http://127.0.0.1:{paced}/paced/v1", "native")
     provider("slow", f"http://127.0.0.1:{slow}/slow/v1", "native")
+    # The lanes measure the proxy path; the repo's ./skills would turn on the agent loop.
+    lines += ["[skills]", "enabled = false", ""]
     return "\n".join(lines)
 
 

@@ -243,6 +243,8 @@ breaker_failures = 8
 breaker_open_secs = 1
 [limits]
 shutdown_grace_secs = 5
+[skills]
+enabled = false
 "#
         ),
     )

@@ -252,6 +252,7 @@ pub async fn serve_process(config_toml: &str, env: &[(&str, &str)]) -> ServeProc
         .args(["serve", "--config"])
         .arg(&path)
         .args(["--listen", &addr.to_string()])
+        .current_dir(dir.path())
         .env("HOME", dir.path())
         .env("RUST_LOG", "warn")
         .envs(env.iter().copied())
