@@ -4,6 +4,7 @@
 //! when they are valid; otherwise they are repaired (llm_json) and only then
 //! re-serialized.
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::{Args, Call, Parsed, RawCall, ToolIndex, typing};
@@ -45,17 +46,23 @@ pub fn json_arguments(text: &str) -> Option<String> {
     if t.is_empty() || t == "null" {
         return Some("{}".to_string());
     }
-    match serde_json::from_str::<Value>(t) {
-        Ok(Value::Object(_)) => Some(t.to_string()),
-        Ok(Value::Null) => Some("{}".to_string()),
+    // Validated without building a tree: the bytes are kept anyway.
+    if serde_json::from_str::<&RawValue>(t).is_err() {
+        return repair(t);
+    }
+    match t.as_bytes()[0] {
+        b'{' => Some(t.to_string()),
         // Double-encoded: `"arguments": "{\"a\": 1}"`.
-        Ok(Value::String(inner)) => match serde_json::from_str::<Value>(&inner) {
-            Ok(Value::Object(_)) => Some(inner.trim().to_string()),
-            _ if inner.trim().is_empty() => Some("{}".to_string()),
-            _ => None,
-        },
-        Ok(_) => None,
-        Err(_) => repair(t),
+        b'"' => {
+            let inner: String = serde_json::from_str(t).ok()?;
+            let inner = inner.trim();
+            if inner.is_empty() {
+                Some("{}".to_string())
+            } else {
+                (inner.starts_with('{') && serde_json::from_str::<&RawValue>(inner).is_ok()).then(|| inner.to_string())
+            }
+        }
+        _ => None,
     }
 }
 

@@ -254,8 +254,7 @@ impl Extractor {
             let first = self.rest().bytes().position(|b| !b.is_ascii_whitespace());
             match first {
                 None => {
-                    let ws = self.take(self.rest().len());
-                    self.text(ws, out);
+                    self.emit_text_to(self.rest().len(), out);
                     return false;
                 }
                 // A marker or reasoning opener at the start (`[TOOL_CALLS]`,
@@ -267,8 +266,7 @@ impl Extractor {
                         return false;
                     }
                     if !marker {
-                        let ws = self.take(i);
-                        self.text(ws, out);
+                        self.emit_text_to(i, out);
                         let byte = self.rest().as_bytes()[0];
                         let cands = (0..self.set.formats.len())
                             .filter(|f| self.set.formats[*f].start_bytes().contains(&byte))
@@ -307,8 +305,7 @@ impl Extractor {
 
     fn step_reasoning(&mut self, close: &'static str, eof: bool, out: &mut Vec<Event>) -> bool {
         if let Some(pos) = memmem::find(self.rest().as_bytes(), close.as_bytes()) {
-            let r = self.take(pos);
-            emit(out, Event::Reasoning(r));
+            self.emit_reasoning_to(pos, out);
             self.head += close.len();
             self.state = State::Text;
             self.ws.clear();
@@ -316,8 +313,7 @@ impl Extractor {
             return true;
         }
         let hold = if eof { 0 } else { suffix_prefix_len(self.rest(), close) };
-        let r = self.take(self.rest().len() - hold);
-        emit(out, Event::Reasoning(r));
+        self.emit_reasoning_to(self.rest().len() - hold, out);
         false
     }
 
@@ -366,7 +362,7 @@ impl Extractor {
             self.head += p.consumed;
             self.state = State::Text;
             emit(out, Event::Reasoning(p.reasoning));
-            self.text(p.content, out);
+            push_text(&mut self.ws, &mut self.trim_next, &mut self.at_start, &p.content, out);
             if !p.calls.is_empty() {
                 self.ws.clear();
                 self.trim_next = true;
@@ -386,12 +382,28 @@ impl Extractor {
         false
     }
 
+    /// Emits the next `end` undecided bytes (a char boundary) as text.
     fn emit_text_to(&mut self, end: usize, out: &mut Vec<Event>) {
         if end == 0 {
             return;
         }
-        let t = self.take(end);
-        self.text(t, out);
+        let start = self.head;
+        self.head += end;
+        push_text(&mut self.ws, &mut self.trim_next, &mut self.at_start, &self.buf[start..self.head], out);
+    }
+
+    /// Emits the next `end` undecided bytes as reasoning.
+    fn emit_reasoning_to(&mut self, end: usize, out: &mut Vec<Event>) {
+        if end == 0 {
+            return;
+        }
+        let start = self.head;
+        self.head += end;
+        let r = &self.buf[start..self.head];
+        match out.last_mut() {
+            Some(Event::Reasoning(prev)) => prev.push_str(r),
+            _ => out.push(Event::Reasoning(r.to_string())),
+        }
     }
 
     /// The undecided text.
@@ -399,34 +411,39 @@ impl Extractor {
         &self.buf[self.head..]
     }
 
-    /// Consumes the next `n` undecided bytes (a char boundary) as a string.
-    fn take(&mut self, n: usize) -> String {
-        let t = self.buf[self.head..self.head + n].to_string();
-        self.head += n;
-        t
-    }
+}
 
-    /// Emits visible text, holding trailing whitespace back (see `ws`).
-    fn text(&mut self, t: String, out: &mut Vec<Event>) {
-        let mut t = t.as_str();
-        if self.trim_next {
-            t = t.trim_start();
-            if t.is_empty() {
-                return;
-            }
-            self.trim_next = false;
-        }
-        let body = t.trim_end();
-        if body.is_empty() {
-            self.ws.push_str(t);
+/// Emits visible text, holding trailing whitespace back (see `Extractor::ws`).
+/// The text is copied once: into the previous text event, or a new one.
+fn push_text(ws: &mut String, trim_next: &mut bool, at_start: &mut bool, t: &str, out: &mut Vec<Event>) {
+    let mut t = t;
+    if *trim_next {
+        t = t.trim_start();
+        if t.is_empty() {
             return;
         }
-        self.at_start = false;
-        let mut s = std::mem::take(&mut self.ws);
-        s.push_str(body);
-        emit(out, Event::Text(s));
-        self.ws.push_str(&t[body.len()..]);
+        *trim_next = false;
     }
+    let body = t.trim_end();
+    if body.is_empty() {
+        ws.push_str(t);
+        return;
+    }
+    *at_start = false;
+    match out.last_mut() {
+        Some(Event::Text(prev)) => {
+            prev.push_str(ws);
+            prev.push_str(body);
+        }
+        _ => {
+            let mut s = String::with_capacity(ws.len() + body.len());
+            s.push_str(ws);
+            s.push_str(body);
+            out.push(Event::Text(s));
+        }
+    }
+    ws.clear();
+    ws.push_str(&t[body.len()..]);
 }
 
 fn new_cand(format: usize) -> Cand {
