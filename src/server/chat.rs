@@ -139,6 +139,14 @@ pub(crate) fn tool_index(tools: &[Value], names_back: &std::collections::BTreeMa
 
 /// Parses the body with OpenAI-style 400s for every kind of bad input.
 fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
+    // The common case straight into the struct; anything it refuses takes the
+    // slow path below, which names what is wrong.
+    if let Ok(req) = serde_json::from_slice::<ChatRequest>(body)
+        && !req.model.is_empty()
+        && !req.messages.is_empty()
+    {
+        return Ok(req);
+    }
     let v: Value = serde_json::from_slice(body)
         .map_err(|e| ApiError::invalid(format!("The request body is not valid JSON: {e}")))?;
     if !v.is_object() {
@@ -177,13 +185,26 @@ fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
 /// An upstream `data` payload as a chunk; an `{"error": …}` payload is the
 /// upstream failing mid-stream.
 fn parse_chunk(data: &str) -> Result<Chunk, UpstreamError> {
-    let v: Value =
-        serde_json::from_str(data).map_err(|e| UpstreamError::Protocol(format!("bad stream event ({e}): {data}")))?;
-    if v.get("error").is_some_and(|e| !e.is_null()) {
-        let status = v["error"].get("code").and_then(Value::as_u64).filter(|c| (400..600).contains(c)).unwrap_or(502);
-        return Err(crate::provider::map_error(&Default::default(), status as u16, data.as_bytes()));
+    // Straight into the struct (no JSON tree per chunk); an error payload
+    // lands in `extra`, and one that is no chunk at all is read as a tree.
+    let in_band = |v: &Value| {
+        let status = v.get("code").and_then(Value::as_u64).filter(|c| (400..600).contains(c)).unwrap_or(502);
+        crate::provider::map_error(&Default::default(), status as u16, data.as_bytes())
+    };
+    match serde_json::from_str::<Chunk>(data) {
+        Ok(c) => match c.extra.get("error").filter(|e| !e.is_null()) {
+            Some(e) => Err(in_band(e)),
+            None => Ok(c),
+        },
+        Err(chunk_err) => {
+            let v: Value = serde_json::from_str(data)
+                .map_err(|e| UpstreamError::Protocol(format!("bad stream event ({e}): {data}")))?;
+            match v.get("error").filter(|e| !e.is_null()) {
+                Some(e) => Err(in_band(e)),
+                None => Err(UpstreamError::Protocol(format!("bad stream chunk ({chunk_err}): {data}"))),
+            }
+        }
     }
-    serde_json::from_value(v).map_err(|e| UpstreamError::Protocol(format!("bad stream chunk ({e}): {data}")))
 }
 
 /// Normalized chunks of an upstream stream. The upstream is read only as

@@ -206,10 +206,12 @@ impl Normalizer {
     /// Turns extractor events into deltas; a recovered call closes the
     /// current delta and adds two of its own.
     fn apply_events(&mut self, ci: usize, d: &mut Delta, pending: &mut Vec<Delta>) {
-        for ev in std::mem::take(&mut self.events) {
+        // Taken and put back so its capacity is reused by the next chunk.
+        let mut events = std::mem::take(&mut self.events);
+        for ev in events.drain(..) {
             match ev {
-                Event::Text(t) => push_str(&mut d.content, &t),
-                Event::Reasoning(t) => push_str(&mut d.reasoning_content, &t),
+                Event::Text(t) => push_owned(&mut d.content, t),
+                Event::Reasoning(t) => push_owned(&mut d.reasoning_content, t),
                 Event::Call(mut call) => {
                     let st = &mut self.choices[ci];
                     if self.s.single_call && st.next_call > 0 {
@@ -231,6 +233,7 @@ impl Normalizer {
                 }
             }
         }
+        self.events = events;
     }
 
     /// Repairs one native tool-call delta; `None` for a dropped call.
@@ -384,9 +387,12 @@ fn tool_delta(index: u32, id: Option<String>, name: Option<String>, args: Option
     }
 }
 
-fn push_str(slot: &mut Option<String>, t: &str) {
-    if !t.is_empty() {
-        slot.get_or_insert_with(String::new).push_str(t);
+/// Appends text, moving it in when the slot is empty (no copy).
+fn push_owned(slot: &mut Option<String>, t: String) {
+    match slot {
+        _ if t.is_empty() => {}
+        Some(s) => s.push_str(&t),
+        None => *slot = Some(t),
     }
 }
 

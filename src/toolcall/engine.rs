@@ -410,7 +410,6 @@ impl Extractor {
     fn rest(&self) -> &str {
         &self.buf[self.head..]
     }
-
 }
 
 /// Emits visible text, holding trailing whitespace back (see `Extractor::ws`).
