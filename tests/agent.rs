@@ -205,6 +205,10 @@ async fn builtin_call_is_run_and_hidden_then_spliced_next_turn() {
     assert_eq!(up["messages"][1]["tool_calls"][0]["function"]["name"], "current_time");
     assert_eq!(up["messages"][1]["content"], "Let me look.");
     assert_eq!(up["messages"][3]["content"], "Got it: true");
+    // Requests served by the loop are counted under their provider and model.
+    let m = s.proxy.http.get(s.proxy.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let counted = |l: &str| l.starts_with("modelshim_requests_total{") && l.contains("provider=\"v\",");
+    assert!(m.lines().any(|l| counted(l) && l.contains("model=\"m\"")), "{m}");
 }
 
 #[tokio::test]

@@ -138,6 +138,11 @@ async fn items(
     mut req: ChatRequest,
     trace: TraceMode,
 ) -> Result<BoxStream<'static, Result<Item, UpstreamError>>, ApiError> {
+    // The loop calls its provider directly (not through dispatch), so the
+    // request's metrics labels are set here.
+    if let Some(c) = crate::server::edge::current() {
+        c.set_served(&route.provider.name, &route.model);
+    }
     registry.ensure_started().await;
     let catalog = registry.catalog();
     let client_stream = req.is_stream();
