@@ -11,64 +11,14 @@ mod mcp_everything;
 #[path = "support/pyenv.rs"]
 mod pyenv;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
 use modelshim::config::Config;
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
-
-type Brain = Arc<dyn Fn(&Value) -> Value + Send + Sync>;
-type Log = Arc<Mutex<Vec<Value>>>;
-
-/// Answers each upstream request with what the brain says, as SSE when the
-/// request streams, else as one completion; every request is logged.
-struct Script {
-    brain: Brain,
-    log: Log,
-}
-
-impl Respond for Script {
-    fn respond(&self, r: &Request) -> ResponseTemplate {
-        let body: Value = serde_json::from_slice(&r.body).unwrap();
-        self.log.lock().unwrap().push(body.clone());
-        let msg = (self.brain)(&body);
-        let usage = json!({"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2});
-        let calls: Vec<Value> = msg["tool_calls"].as_array().cloned().unwrap_or_default();
-        let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
-        if body["stream"] == true {
-            let mut chunks = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
-            let text = msg["content"].as_str().unwrap_or("");
-            let mid = text.char_indices().nth(text.chars().count() / 2).map_or(0, |(i, _)| i);
-            for piece in [&text[..mid], &text[mid..]] {
-                if !piece.is_empty() {
-                    chunks.push(chunk(json!({"content": piece}), None));
-                }
-            }
-            for (i, c) in calls.iter().enumerate() {
-                let mut c = c.clone();
-                c["index"] = json!(i);
-                chunks.push(chunk(json!({"tool_calls": [c]}), None));
-            }
-            chunks.push(chunk(json!({}), Some(finish)));
-            chunks.push(json!({"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                               "choices": [], "usage": usage}));
-            ResponseTemplate::new(200).set_body_raw(sse_body(&chunks), "text/event-stream")
-        } else {
-            let mut m = json!({"role": "assistant", "content": msg["content"].clone()});
-            if !calls.is_empty() {
-                m["tool_calls"] = Value::Array(calls);
-            }
-            ResponseTemplate::new(200).set_body_json(completion(m, finish))
-        }
-    }
-}
-
-fn say(content: &str) -> Value {
-    json!({"content": content})
-}
+use wiremock::{Mock, MockServer, ResponseTemplate};
 
 fn calls(content: &str, list: &[(&str, &str, Value)]) -> Value {
     let calls: Vec<Value> = list

@@ -207,20 +207,32 @@ async fn reasoning_captured_by_one_replica_is_restored_by_the_other() {
 async fn mixed_tool_turn_served_by_one_replica_is_continued_by_the_other() {
     let _redis = start_redis();
     let port = _redis.port;
-    let (server, log) = scripted(|body| {
-        let msg = if has_tool_result(body) {
-            json!({"role": "assistant", "content": "Sunny, and I know the time."})
-        } else {
-            json!({"role": "assistant", "content": "Checking.", "tool_calls": [
-                {"id": "call_s1", "type": "function", "function": {"name": "current_time", "arguments": "{}"}},
-                {"id": "call_c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]})
-        };
-        ResponseTemplate::new(200).set_body_json(completion(msg, "tool_calls"))
-    })
-    .await;
+    let (server, log) = scripted(mixed_turn_brain).await;
     let tools = "[tools]\nbuiltin = [\"current_time\"]\n";
     let a = replica_with(&server.uri(), port, "", tools).await;
     let b = replica_with(&server.uri(), port, "", tools).await;
+    mixed_turn_a_then_b(&a, &b, &log).await;
+}
+
+/// The upstream of the mixed-turn tests: one server call (`current_time`)
+/// and one client call (`get_weather`), then an answer once results are in;
+/// a plain "hi" gets a plain answer.
+fn mixed_turn_brain(body: &serde_json::Value) -> ResponseTemplate {
+    let msg = if body["messages"][0]["content"] == "hi" {
+        json!({"role": "assistant", "content": "hello"})
+    } else if has_tool_result(body) {
+        json!({"role": "assistant", "content": "Sunny, and I know the time."})
+    } else {
+        json!({"role": "assistant", "content": "Checking.", "tool_calls": [
+            {"id": "call_s1", "type": "function", "function": {"name": "current_time", "arguments": "{}"}},
+            {"id": "call_c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]})
+    };
+    ResponseTemplate::new(200).set_body_json(completion(msg, "tool_calls"))
+}
+
+/// A mixed server/client turn served by `a`, continued by `b`: the client
+/// sees only its own call, and `b` splices `a`'s hidden server call back in.
+async fn mixed_turn_a_then_b(a: &Proxy, b: &Proxy, log: &std::sync::Arc<std::sync::Mutex<Vec<serde_json::Value>>>) {
     let q = json!({"role": "user", "content": "weather and time?"});
     let (st, first) = a.chat(json!({"model": "v/m", "messages": [q], "tools": weather_tools()})).await;
     assert_eq!(st, 200, "{first}");
@@ -237,7 +249,7 @@ async fn mixed_tool_turn_served_by_one_replica_is_continued_by_the_other() {
     assert_eq!(seen.len(), 1);
     let m = seen[0]["messages"].as_array().unwrap();
     let roles: Vec<&str> = m.iter().map(|m| m["role"].as_str().unwrap()).collect();
-    assert_eq!(roles, ["user", "assistant", "tool", "tool"], "replica B spliced A's hidden exchange: {}", seen[0]);
+    assert_eq!(roles, ["user", "assistant", "tool", "tool"], "B spliced A's hidden exchange: {}", seen[0]);
     let ids: Vec<&str> = m[1]["tool_calls"].as_array().unwrap().iter().map(|c| c["id"].as_str().unwrap()).collect();
     assert_eq!(ids, ["call_s1", "call_c1"]);
     assert_eq!(m[2]["tool_call_id"], "call_s1");
@@ -258,19 +270,7 @@ fn with_key(p: &Proxy, key: &str) -> Proxy {
 #[tokio::test]
 async fn two_processes_share_conversations_and_rate_budgets_through_redis() {
     let redis = start_redis();
-    let (server, log) = scripted(|body| {
-        let msg = if body["messages"][0]["content"] == "hi" {
-            json!({"role": "assistant", "content": "hello"})
-        } else if has_tool_result(body) {
-            json!({"role": "assistant", "content": "Sunny, and I know the time."})
-        } else {
-            json!({"role": "assistant", "content": "Checking.", "tool_calls": [
-                {"id": "call_s1", "type": "function", "function": {"name": "current_time", "arguments": "{}"}},
-                {"id": "call_c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]})
-        };
-        ResponseTemplate::new(200).set_body_json(completion(msg, "tool_calls"))
-    })
-    .await;
+    let (server, log) = scripted(mixed_turn_brain).await;
     let config = format!(
         r#"
 [providers.v]
@@ -296,26 +296,7 @@ redis_url = "redis://127.0.0.1:{}/"
     assert_ne!(proc_a.child.id(), proc_b.child.id());
     let a = with_key(&proc_a.proxy, "sk-unlimited-test-key");
     let b = with_key(&proc_b.proxy, "sk-unlimited-test-key");
-
-    let q = json!({"role": "user", "content": "weather and time?"});
-    let (st, first) = a.chat(json!({"model": "v/m", "messages": [q], "tools": weather_tools()})).await;
-    assert_eq!(st, 200, "{first}");
-    let calls = first["choices"][0]["message"]["tool_calls"].as_array().unwrap();
-    assert_eq!(calls.len(), 1, "only the client's call reaches the client: {first}");
-    assert_eq!(calls[0]["id"], "call_c1");
-    log.lock().unwrap().clear();
-    let history = json!([q, {"role": "assistant", "content": "Checking.", "tool_calls": [calls[0]]},
-        {"role": "tool", "tool_call_id": "call_c1", "content": "sunny"}]);
-    let (st, second) = b.chat(json!({"model": "v/m", "messages": history, "tools": weather_tools()})).await;
-    assert_eq!(st, 200, "{second}");
-    assert_eq!(second["choices"][0]["message"]["content"], "Sunny, and I know the time.");
-    let seen = log.lock().unwrap().clone();
-    assert_eq!(seen.len(), 1);
-    let m = seen[0]["messages"].as_array().unwrap();
-    let roles: Vec<&str> = m.iter().map(|m| m["role"].as_str().unwrap()).collect();
-    assert_eq!(roles, ["user", "assistant", "tool", "tool"], "process B spliced A's hidden exchange: {}", seen[0]);
-    assert_eq!(m[2]["tool_call_id"], "call_s1");
-    assert_eq!(m[3]["tool_call_id"], "call_c1");
+    mixed_turn_a_then_b(&a, &b, &log).await;
 
     // One budget of 3 requests a minute across both processes.
     let (la, lb) = (with_key(&proc_a.proxy, "sk-limited-test-key"), with_key(&proc_b.proxy, "sk-limited-test-key"));

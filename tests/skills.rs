@@ -10,54 +10,14 @@
 mod common;
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
 use modelshim::config::Config;
 use serde_json::{Value, json};
 use wiremock::matchers::{method, path};
-use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
-
-type Brain = Arc<dyn Fn(&Value) -> Value + Send + Sync>;
-type Log = Arc<Mutex<Vec<Value>>>;
-
-/// Answers each upstream request with what the brain says, as SSE when the
-/// request streams, else as one completion; every request is logged.
-struct Script {
-    brain: Brain,
-    log: Log,
-}
-
-impl Respond for Script {
-    fn respond(&self, r: &Request) -> ResponseTemplate {
-        let body: Value = serde_json::from_slice(&r.body).unwrap();
-        self.log.lock().unwrap().push(body.clone());
-        let msg = (self.brain)(&body);
-        let calls: Vec<Value> = msg["tool_calls"].as_array().cloned().unwrap_or_default();
-        let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
-        if body["stream"] == true {
-            let mut chunks = vec![chunk(json!({"role": "assistant", "content": msg["content"].clone()}), None)];
-            for (i, c) in calls.iter().enumerate() {
-                let mut c = c.clone();
-                c["index"] = json!(i);
-                chunks.push(chunk(json!({"tool_calls": [c]}), None));
-            }
-            chunks.push(chunk(json!({}), Some(finish)));
-            ResponseTemplate::new(200).set_body_raw(sse_body(&chunks), "text/event-stream")
-        } else {
-            let mut m = json!({"role": "assistant", "content": msg["content"].clone()});
-            if !calls.is_empty() {
-                m["tool_calls"] = Value::Array(calls);
-            }
-            ResponseTemplate::new(200).set_body_json(completion(m, finish))
-        }
-    }
-}
-
-fn say(content: &str) -> Value {
-    json!({"content": content})
-}
+use wiremock::{Mock, MockServer};
 
 fn calls(list: &[(&str, &str, Value)]) -> Value {
     let calls: Vec<Value> = list

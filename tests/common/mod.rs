@@ -275,3 +275,57 @@ pub async fn serve_process(config_toml: &str, env: &[(&str, &str)]) -> ServeProc
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
+
+/// What a scripted upstream answers: a function of the request body to an
+/// assistant message (`content`, `tool_calls`).
+pub type Brain = std::sync::Arc<dyn Fn(&Value) -> Value + Send + Sync>;
+/// Every request body a scripted upstream received.
+pub type Log = std::sync::Arc<std::sync::Mutex<Vec<Value>>>;
+
+/// A plain text answer for a [`Brain`].
+pub fn say(content: &str) -> Value {
+    json!({"content": content})
+}
+
+/// Answers each upstream request with what the brain says, as SSE when the
+/// request streams, else as one completion; every request is logged.
+pub struct Script {
+    pub brain: Brain,
+    pub log: Log,
+}
+
+impl wiremock::Respond for Script {
+    fn respond(&self, r: &wiremock::Request) -> wiremock::ResponseTemplate {
+        let body: Value = serde_json::from_slice(&r.body).unwrap();
+        self.log.lock().unwrap().push(body.clone());
+        let msg = (self.brain)(&body);
+        let usage = json!({"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2});
+        let calls: Vec<Value> = msg["tool_calls"].as_array().cloned().unwrap_or_default();
+        let finish = if calls.is_empty() { "stop" } else { "tool_calls" };
+        if body["stream"] == true {
+            let mut chunks = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
+            let text = msg["content"].as_str().unwrap_or("");
+            let mid = text.char_indices().nth(text.chars().count() / 2).map_or(0, |(i, _)| i);
+            for piece in [&text[..mid], &text[mid..]] {
+                if !piece.is_empty() {
+                    chunks.push(chunk(json!({"content": piece}), None));
+                }
+            }
+            for (i, c) in calls.iter().enumerate() {
+                let mut c = c.clone();
+                c["index"] = json!(i);
+                chunks.push(chunk(json!({"tool_calls": [c]}), None));
+            }
+            chunks.push(chunk(json!({}), Some(finish)));
+            chunks.push(json!({"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                               "choices": [], "usage": usage}));
+            wiremock::ResponseTemplate::new(200).set_body_raw(sse_body(&chunks), "text/event-stream")
+        } else {
+            let mut m = json!({"role": "assistant", "content": msg["content"].clone()});
+            if !calls.is_empty() {
+                m["tool_calls"] = Value::Array(calls);
+            }
+            wiremock::ResponseTemplate::new(200).set_body_json(completion(m, finish))
+        }
+    }
+}
