@@ -18,6 +18,10 @@ use modelshim::stream::normalize::Settings;
 use modelshim::toolcall::{Event, Extractor, FormatSet, ToolIndex};
 use serde_json::json;
 
+/// The binary's allocator, so the figures are the shipped ones.
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// Deterministic prose without any tool-call or reasoning marker: words,
 /// punctuation, digits, newlines, and the odd `<`, `[`, `{` or `(` that can
 /// start a marker but does not (`a < b`, `[1]`, `{x}`), as in real answers.

@@ -32,6 +32,7 @@ fn finish_call(raw: RawCall, format: &'static str, tools: &ToolIndex) -> Option<
     let name = tools.resolve(&raw.name)?.to_string();
     let arguments = match raw.args {
         Args::Json(text) => json_arguments(&text)?,
+        Args::Checked(text) => checked_arguments(text)?,
         Args::Value(Value::Null) | Args::Empty => "{}".to_string(),
         Args::Value(v @ Value::Object(_)) => v.to_string(),
         Args::Value(_) => return None,
@@ -64,6 +65,16 @@ pub fn json_arguments(text: &str) -> Option<String> {
         }
         _ => None,
     }
+}
+
+/// [`json_arguments`] for text known to be valid JSON: an object is kept
+/// (moved, not copied) without parsing it again.
+fn checked_arguments(text: String) -> Option<String> {
+    let t = text.trim();
+    if !t.starts_with('{') {
+        return json_arguments(t);
+    }
+    Some(if t.len() == text.len() { text } else { t.to_string() })
 }
 
 /// Repairs near-JSON (trailing commas, single quotes, Python literals,

@@ -111,6 +111,9 @@ pub struct RawCall {
 pub enum Args {
     /// JSON text as the model wrote it (passed through when it is valid).
     Json(String),
+    /// JSON text already validated as part of the document it came from (a
+    /// call object's `arguments`): not parsed again.
+    Checked(String),
     /// A value the parser built (XML parameters, pythonic keywords).
     Value(serde_json::Value),
     /// A plain string (ReAct `Action Input`, code blocks); mapped onto the

@@ -6,6 +6,13 @@ use memchr::memmem;
 /// Position of `pat` in `s` at or after `from`.
 pub fn find(s: &str, pat: &str, from: usize) -> Option<usize> {
     let from = from.min(s.len());
+    // The common case, a closing tag right after the body (whitespace
+    // between), without building a searcher: a pattern that does not start
+    // with whitespace cannot start inside it.
+    let next = skip_ws(s, from);
+    if !pat.starts_with(|c: char| c.is_ascii_whitespace()) && s.as_bytes()[next..].starts_with(pat.as_bytes()) {
+        return Some(next);
+    }
     memmem::find(&s.as_bytes()[from..], pat.as_bytes()).map(|i| i + from)
 }
 

@@ -53,10 +53,10 @@ impl Format for Hermes {
 fn one_call(region: &str, body: usize, end: usize, consumed: usize) -> Step {
     let text = &region[body..end];
     let call = match call_object_raw(text) {
-        Some((name, args)) => RawCall { name, args: args.map_or(Args::Empty, Args::Json), id: None },
+        Some((name, args)) => RawCall { name, args: args.map_or(Args::Empty, Args::Checked), id: None },
         // Damaged JSON inside a closed tag: repair it, then read the shape.
         None => match crate::toolcall::args_repair_object(text).as_ref().and_then(crate::toolcall::scan::call_object) {
-            Some((name, args)) => RawCall { name, args: args.map_or(Args::Empty, Args::Json), id: None },
+            Some((name, args)) => RawCall { name, args: args.map_or(Args::Empty, Args::Checked), id: None },
             None => return Step::Reject,
         },
     };

@@ -113,7 +113,7 @@ fn shape<'a>(name: String, args: Option<String>, mut keys: impl Iterator<Item = 
         return None;
     }
     let args = match args {
-        Some(a) => Args::Json(a),
+        Some(a) => Args::Checked(a),
         None if keys.all(|k| NAME_KEYS.contains(&k) || SIDE_KEYS.contains(&k)) => Args::Empty,
         None => return None,
     };
@@ -150,7 +150,7 @@ pub fn json_call(text: &str) -> Option<RawCall> {
         Some(x) => x,
         None => call_object(&args_repair_object(text)?)?,
     };
-    Some(RawCall { name, args: args.map_or(Args::Empty, Args::Json), id: None })
+    Some(RawCall { name, args: args.map_or(Args::Empty, Args::Checked), id: None })
 }
 
 /// Reads a JSON array of call objects, keeping each element's raw argument
@@ -199,7 +199,7 @@ fn repaired_calls(text: &str) -> Option<Vec<RawCall>> {
 
 fn value_call(item: &Value) -> Option<RawCall> {
     let (name, args) = call_object(item)?;
-    Some(RawCall { name, args: args.map_or(Args::Empty, Args::Json), id: id_of(item) })
+    Some(RawCall { name, args: args.map_or(Args::Empty, Args::Checked), id: id_of(item) })
 }
 
 fn id_of(v: &Value) -> Option<String> {
@@ -433,7 +433,7 @@ mod tests {
     #[test]
     fn keeps_argument_bytes() {
         let calls = calls_from_json(r#"{"name": "f", "arguments": {"a":  "é"}}"#).unwrap_or_default();
-        assert_eq!(calls[0].args, Args::Json(r#"{"a":  "é"}"#.into()));
+        assert_eq!(calls[0].args, Args::Checked(r#"{"a":  "é"}"#.into()));
     }
 
     #[test]
