@@ -1,19 +1,23 @@
 //! Small text helpers the format parsers share. All work on complete byte
 //! ranges of a region; the engine does the incremental part.
 
-use memchr::memmem;
-
 /// Position of `pat` in `s` at or after `from`.
 pub fn find(s: &str, pat: &str, from: usize) -> Option<usize> {
-    let from = from.min(s.len());
-    // The common case, a closing tag right after the body (whitespace
-    // between), without building a searcher: a pattern that does not start
-    // with whitespace cannot start inside it.
-    let next = skip_ws(s, from);
-    if !pat.starts_with(|c: char| c.is_ascii_whitespace()) && s.as_bytes()[next..].starts_with(pat.as_bytes()) {
-        return Some(next);
+    // Parsers look for short, fixed closers, usually a few bytes ahead, in a
+    // region that may be long: memchr on the first byte beats building a
+    // memmem searcher per call (its setup dominated the call-dense profile).
+    let hay = &s.as_bytes()[from.min(s.len())..];
+    let p = pat.as_bytes();
+    let Some(&first) = p.first() else { return Some(from.min(s.len())) };
+    let mut i = 0;
+    while let Some(j) = memchr::memchr(first, &hay[i..]) {
+        let at = i + j;
+        if hay[at..].starts_with(p) {
+            return Some(s.len() - hay.len() + at);
+        }
+        i = at + 1;
     }
-    memmem::find(&s.as_bytes()[from..], pat.as_bytes()).map(|i| i + from)
+    None
 }
 
 /// The first index at or after `i` that is not ASCII whitespace.
@@ -122,15 +126,28 @@ pub fn call_object(v: &serde_json::Value) -> Option<(String, Option<String>)> {
 /// Like [`call_object`] but keeps the model's own bytes for the arguments:
 /// parses the object text and slices the raw argument value out of it, so
 /// valid arguments reach the client exactly as the model wrote them.
+/// A call object that starts `s[at..]` and is valid JSON, read in one pass
+/// that also finds where it ends: (end, name, raw arguments). `None` for
+/// anything else (not closed yet, damaged, no string `name`); callers then
+/// take their slower paths.
+pub fn call_object_prefix(s: &str, at: usize) -> Option<(usize, String, Option<String>)> {
+    let mut values = serde_json::Deserializer::from_str(s.get(at..)?).into_iter::<RawCallObject<'_>>();
+    let r = values.next()?.ok()?;
+    let name = serde_json::from_str::<String>(r.name?.get()).ok()?;
+    Some((at + values.byte_offset(), name, r.arguments.map(|a| a.get().to_string())))
+}
+
+/// The two fields of a call object, borrowed raw from the text.
+#[derive(serde::Deserialize)]
+struct RawCallObject<'a> {
+    #[serde(borrow, default)]
+    name: Option<&'a serde_json::value::RawValue>,
+    #[serde(borrow, default, alias = "parameters")]
+    arguments: Option<&'a serde_json::value::RawValue>,
+}
+
 pub fn call_object_raw(text: &str) -> Option<(String, Option<String>)> {
-    #[derive(serde::Deserialize)]
-    struct Raw<'a> {
-        #[serde(borrow, default)]
-        name: Option<&'a serde_json::value::RawValue>,
-        #[serde(borrow, default, alias = "parameters")]
-        arguments: Option<&'a serde_json::value::RawValue>,
-    }
-    if let Ok(r) = serde_json::from_str::<Raw<'_>>(text)
+    if let Ok(r) = serde_json::from_str::<RawCallObject<'_>>(text)
         && let Some(name) = r.name.and_then(|n| serde_json::from_str::<String>(n.get()).ok())
     {
         return Some((name, r.arguments.map(|a| a.get().to_string())));

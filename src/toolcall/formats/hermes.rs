@@ -2,7 +2,7 @@
 //! one block per call. The same tag also opens Qwen3-Coder XML, GLM and
 //! Granite bodies; this parser takes only a JSON object body.
 
-use crate::toolcall::scan::{byte_at, call_object_raw, find, json_end, skip_ws};
+use crate::toolcall::scan::{byte_at, call_object_prefix, call_object_raw, find, json_end, skip_ws};
 use crate::toolcall::{Args, Ctx, Format, Parsed, RawCall, Step, Wait};
 
 pub struct Hermes;
@@ -25,6 +25,13 @@ impl Format for Hermes {
             None if !ctx.eof => return Step::Need(Wait::Len(body + 1)),
             Some(b'{') => {}
             _ => return Step::Reject,
+        }
+        // Valid JSON, the common case: one pass reads the call and its end.
+        if let Some((end, name, args)) = call_object_prefix(region, body)
+            && let Some(close) = find(region, CLOSE, end)
+        {
+            let call = RawCall { name, args: args.map_or(Args::Empty, Args::Checked), id: None };
+            return Step::Done(Parsed { consumed: close + CLOSE.len(), calls: vec![call], ..Default::default() });
         }
         // The call ends at the first closing tag after the object closes, so
         // a `</tool_call>` inside a string argument does not cut it short.
