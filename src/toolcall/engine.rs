@@ -184,6 +184,8 @@ pub struct Extractor {
     ws: String,
     /// A call or a reasoning block just ended: leading whitespace is dropped.
     trim_next: bool,
+    /// An empty candidate list with capacity, reused by the next region.
+    spare: Vec<Cand>,
 }
 
 impl Extractor {
@@ -203,6 +205,7 @@ impl Extractor {
             finished: false,
             ws: String::new(),
             trim_next: false,
+            spare: Vec::new(),
         }
     }
 
@@ -268,10 +271,12 @@ impl Extractor {
                     if !marker {
                         self.emit_text_to(i, out);
                         let byte = self.rest().as_bytes()[0];
-                        let cands = (0..self.set.formats.len())
-                            .filter(|f| self.set.formats[*f].start_bytes().contains(&byte))
-                            .map(new_cand)
-                            .collect();
+                        let mut cands = std::mem::take(&mut self.spare);
+                        cands.extend(
+                            (0..self.set.formats.len())
+                                .filter(|f| self.set.formats[*f].start_bytes().contains(&byte))
+                                .map(new_cand),
+                        );
                         self.state = State::Region { cands, marker_len: 1 };
                         return true;
                     }
@@ -292,7 +297,8 @@ impl Extractor {
                     self.state = State::Reasoning { close };
                 }
                 Pattern::Marker { formats } => {
-                    let cands = formats.iter().copied().map(new_cand).collect();
+                    let mut cands = std::mem::take(&mut self.spare);
+                    cands.extend(formats.iter().copied().map(new_cand));
                     self.state = State::Region { cands, marker_len: m.len() };
                 }
             }
@@ -360,7 +366,7 @@ impl Extractor {
         }
         if let Some(p) = done {
             self.head += p.consumed;
-            self.state = State::Text;
+            self.leave_region();
             emit(out, Event::Reasoning(p.reasoning));
             push_text(&mut self.ws, &mut self.trim_next, &mut self.at_start, &p.content, out);
             if !p.calls.is_empty() {
@@ -375,11 +381,20 @@ impl Extractor {
         if cands.is_empty() || buf.len() > MAX_REGION {
             // Not a call after all: the marker is text; scan on after it.
             let cut = ceil_char_boundary(buf, marker_len);
-            self.state = State::Text;
+            self.leave_region();
             self.emit_text_to(cut, out);
             return true;
         }
         false
+    }
+
+    /// Back to text; the candidate list is kept for the next region (one
+    /// allocation per response instead of one per call).
+    fn leave_region(&mut self) {
+        if let State::Region { mut cands, .. } = std::mem::replace(&mut self.state, State::Text) {
+            cands.clear();
+            self.spare = cands;
+        }
     }
 
     /// Emits the next `end` undecided bytes (a char boundary) as text.
