@@ -50,26 +50,7 @@ fn start_redis() -> Redis {
 }
 
 async fn replica(upstream: &str, redis_port: u16) -> (Proxy, modelshim::server::Shared) {
-    let url = format!("redis://127.0.0.1:{redis_port}/");
-    let text = "name = \"test vendor\"\nbase_url = \"http://unused\"\n";
-    let mut profiles = std::collections::BTreeMap::new();
-    profiles.insert("testvendor".to_string(), modelshim::provider::Profile::parse("testvendor", text).unwrap());
-    let mut config = modelshim::config::Config::default();
-    config.providers.insert(
-        "v".into(),
-        modelshim::config::ProviderConfig {
-            profile: Some("testvendor".into()),
-            base_url: Some(format!("{upstream}/v1")),
-            ..Default::default()
-        },
-    );
-    config.state.redis_url = Some(url);
-    let state = modelshim::server::AppState::new(&config, &profiles).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = modelshim::server::app(state.clone());
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (Proxy { addr, http: reqwest::Client::new() }, state)
+    replica_with(upstream, redis_port, "", "").await
 }
 
 #[tokio::test]
@@ -111,7 +92,12 @@ async fn replicas_share_state_through_redis() {
 }
 
 /// A replica with a given profile and tools config, sharing `redis_port`.
-async fn replica_with(upstream: &str, redis_port: u16, profile_extra: &str, config_extra: &str) -> Proxy {
+async fn replica_with(
+    upstream: &str,
+    redis_port: u16,
+    profile_extra: &str,
+    config_extra: &str,
+) -> (Proxy, modelshim::server::Shared) {
     let text = format!("name = \"test vendor\"\nbase_url = \"http://unused\"\n{profile_extra}");
     let mut profiles = std::collections::BTreeMap::new();
     profiles.insert("testvendor".to_string(), modelshim::provider::Profile::parse("testvendor", &text).unwrap());
@@ -128,9 +114,9 @@ async fn replica_with(upstream: &str, redis_port: u16, profile_extra: &str, conf
     let state = modelshim::server::AppState::new(&config, &profiles).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = modelshim::server::app(state);
+    let app = modelshim::server::app(state.clone());
     tokio::spawn(async move { axum::serve(listener, app).await });
-    Proxy { addr, http: reqwest::Client::new() }
+    (Proxy { addr, http: reqwest::Client::new() }, state)
 }
 
 /// A scripted upstream: `brain` answers each request body with a message.
@@ -186,8 +172,8 @@ async fn reasoning_captured_by_one_replica_is_restored_by_the_other() {
     })
     .await;
     let profile = "[thinking]\nreasoning_replay = \"required\"\n";
-    let a = replica_with(&server.uri(), port, profile, "").await;
-    let b = replica_with(&server.uri(), port, profile, "").await;
+    let a = replica_with(&server.uri(), port, profile, "").await.0;
+    let b = replica_with(&server.uri(), port, profile, "").await.0;
     let q = json!({"role": "user", "content": "Weather in Paris?"});
     let (st, first) = a.chat(json!({"model": "v/m", "messages": [q], "tools": weather_tools()})).await;
     assert_eq!(st, 200, "{first}");
@@ -209,8 +195,8 @@ async fn mixed_tool_turn_served_by_one_replica_is_continued_by_the_other() {
     let port = _redis.port;
     let (server, log) = scripted(mixed_turn_brain).await;
     let tools = "[tools]\nbuiltin = [\"current_time\"]\n";
-    let a = replica_with(&server.uri(), port, "", tools).await;
-    let b = replica_with(&server.uri(), port, "", tools).await;
+    let a = replica_with(&server.uri(), port, "", tools).await.0;
+    let b = replica_with(&server.uri(), port, "", tools).await.0;
     mixed_turn_a_then_b(&a, &b, &log).await;
 }
 
