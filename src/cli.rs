@@ -107,7 +107,9 @@ fn init_logs(json: bool, telemetry: &crate::telemetry::TelemetryConfig) -> Resul
     use tracing_subscriber::util::SubscriberInitExt as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colours only on a terminal: escape codes in a log file are noise, and cost.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
     let fmt = if json { fmt.json().with_filter(filter).boxed() } else { fmt.with_filter(filter).boxed() };
     // Spans are exported whatever RUST_LOG says about log lines.
     let (otel, guard) = crate::telemetry::layer(telemetry)?;

@@ -3,11 +3,72 @@
 //! typed; everything else lands in a flattened `extra` map and goes out again
 //! untouched, so nothing the client or the upstream sent is dropped.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::{Map, Value};
 
+/// `Deserialize` for a wire struct with typed fields and an `extra` map that
+/// keeps every other key: `field: "key"` is required, `field: "key" = expr`
+/// has a default. Keys are matched as they stream by, nothing is buffered.
+macro_rules! with_extra {
+    ($ty:ident { $($field:ident: $key:literal $(= $default:expr)?),* $(,)? }) => {
+        impl<'de> serde::Deserialize<'de> for $ty {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                struct V;
+                impl<'de> serde::de::Visitor<'de> for V {
+                    type Value = $ty;
+                    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                        f.write_str(concat!("a ", stringify!($ty), " object"))
+                    }
+                    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<$ty, A::Error> {
+                        $(let mut $field = None;)*
+                        let mut extra = Map::new();
+                        while let Some(k) = map.next_key_seed(KeyOf(&[$($key),*]))? {
+                            match k {
+                                $(Ok($key) => $field = Some(map.next_value()?),)*
+                                Ok(_) => {
+                                    map.next_value::<serde::de::IgnoredAny>()?;
+                                }
+                                Err(other) => {
+                                    extra.insert(other, map.next_value()?);
+                                }
+                            }
+                        }
+                        Ok($ty { $($field: match $field {
+                            Some(v) => v,
+                            None => with_extra!(@missing $key $($default)?),
+                        },)* extra })
+                    }
+                }
+                d.deserialize_map(V)
+            }
+        }
+    };
+    (@missing $key:literal) => { return Err(serde::de::Error::missing_field($key)) };
+    (@missing $key:literal $default:expr) => { $default };
+}
+
+/// A map key: one of the typed keys, or another key (owned, for `extra`).
+struct KeyOf(&'static [&'static str]);
+
+impl<'de> serde::de::DeserializeSeed<'de> for KeyOf {
+    type Value = Result<&'static str, String>;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for KeyOf {
+    type Value = Result<&'static str, String>;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a string key")
+    }
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+        Ok(self.0.iter().find(|k| **k == v).copied().ok_or_else(|| v.to_owned()))
+    }
+}
+
 /// `POST /v1/chat/completions` body.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct ChatRequest {
     pub model: String,
     pub messages: Vec<Message>,
@@ -35,7 +96,7 @@ impl ChatRequest {
 }
 
 /// One chat message. `content` may be a string, an array of parts, or null.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Message {
     pub role: String,
     #[serde(default)]
@@ -45,7 +106,7 @@ pub struct Message {
 }
 
 /// One streamed chunk (`chat.completion.chunk`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Chunk {
     #[serde(default)]
     pub id: String,
@@ -67,7 +128,7 @@ fn chunk_object() -> String {
     "chat.completion.chunk".to_string()
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct ChunkChoice {
     #[serde(default)]
     pub index: u32,
@@ -80,7 +141,7 @@ pub struct ChunkChoice {
 }
 
 /// A streamed delta, or (for non-streamed responses) a whole message.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct Delta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
@@ -94,7 +155,7 @@ pub struct Delta {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct ToolCallDelta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub index: Option<u32>,
@@ -108,7 +169,7 @@ pub struct ToolCallDelta {
     pub extra: Map<String, Value>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, Serialize)]
 pub struct FunctionDelta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
@@ -120,7 +181,7 @@ pub struct FunctionDelta {
 }
 
 /// A non-streamed response (`chat.completion`).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct Completion {
     #[serde(default)]
     pub id: String,
@@ -142,7 +203,7 @@ fn completion_object() -> String {
     "chat.completion".to_string()
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct CompletionChoice {
     #[serde(default)]
     pub index: u32,
@@ -154,6 +215,46 @@ pub struct CompletionChoice {
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
+
+// Deserialization by hand (see `with_extra!`): serde's derive with
+// `#[serde(flatten)]` buffers every field of the object before reading it,
+// which made parsing a streamed chunk the largest cost per chunk.
+with_extra!(ChatRequest { model: "model", messages: "messages", stream: "stream" = None, tools: "tools" = None });
+with_extra!(Message { role: "role", content: "content" = Value::Null });
+with_extra!(Chunk {
+    id: "id" = String::new(),
+    object: "object" = chunk_object(),
+    created: "created" = 0,
+    model: "model" = String::new(),
+    choices: "choices" = Vec::new(),
+    usage: "usage" = None,
+});
+with_extra!(ChunkChoice {
+    index: "index" = 0,
+    delta: "delta" = Delta::default(),
+    finish_reason: "finish_reason" = None
+});
+with_extra!(Delta {
+    role: "role" = None,
+    content: "content" = None,
+    reasoning_content: "reasoning_content" = None,
+    tool_calls: "tool_calls" = None,
+});
+with_extra!(ToolCallDelta { index: "index" = None, id: "id" = None, kind: "type" = None, function: "function" = None });
+with_extra!(FunctionDelta { name: "name" = None, arguments: "arguments" = None });
+with_extra!(Completion {
+    id: "id" = String::new(),
+    object: "object" = completion_object(),
+    created: "created" = 0,
+    model: "model" = String::new(),
+    choices: "choices" = Vec::new(),
+    usage: "usage" = None,
+});
+with_extra!(CompletionChoice {
+    index: "index" = 0,
+    message: "message" = Delta::default(),
+    finish_reason: "finish_reason" = None,
+});
 
 /// A new OpenAI-style tool-call id.
 pub fn new_call_id() -> String {

@@ -30,7 +30,6 @@ pub mod splice;
 mod trace;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -688,24 +687,24 @@ fn sse(items: BoxStream<'static, Result<Item, UpstreamError>>, mode: TraceMode) 
             match it {
                 Ok(Item::Started) => {}
                 Ok(Item::Chunk(c)) => match sse::chunk(&c) {
-                    Ok(ev) => yield Ok::<_, Infallible>(ev),
+                    Ok(ev) => yield ev,
                     Err(ev) => {
-                        yield Ok(ev);
+                        yield ev;
                         return;
                     }
                 },
                 Ok(Item::Trace(t)) => {
                     if let Some(ev) = mode.event(&t) {
-                        yield Ok(ev);
+                        yield ev;
                     }
                 }
                 Err(e) => {
-                    yield Ok(sse::upstream_error(&e));
+                    yield sse::upstream_error(&e);
                     return;
                 }
             }
         }
-        yield Ok(sse::done());
+        yield sse::done();
     };
     sse::response(events)
 }

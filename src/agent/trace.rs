@@ -4,8 +4,8 @@
 //! events (for UIs); a non-streamed answer carries the entries in a
 //! top-level `modelshim_trace` field. Without the header nothing is added.
 
+use crate::server::sse::Event;
 use axum::http::HeaderMap;
-use axum::response::sse::Event;
 use serde_json::{Value, json};
 
 use crate::tools::CallOutcome;
@@ -37,8 +37,8 @@ impl TraceMode {
     pub fn event(self, entry: &Value) -> Option<Event> {
         match self {
             TraceMode::Off => None,
-            TraceMode::Comments => Some(Event::default().comment(format!("tool_trace {entry}"))),
-            TraceMode::Events => Some(Event::default().event("tool_trace").data(entry.to_string())),
+            TraceMode::Comments => Some(Event::comment(&format!("tool_trace {entry}"))),
+            TraceMode::Events => Some(Event::named("tool_trace", &entry.to_string())),
         }
     }
 }

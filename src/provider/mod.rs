@@ -7,6 +7,7 @@ pub mod prompt_tools;
 pub mod record;
 pub mod request;
 pub mod resilience;
+mod sse_in;
 pub mod tools;
 pub mod upstream;
 
@@ -56,6 +57,9 @@ pub struct Provider {
     pub name: String,
     pub profile: Profile,
     pub base_url: String,
+    /// `<base_url>/chat/completions`, parsed once: the URL of nearly every
+    /// request (`None` if it does not parse; the request then reports it).
+    chat_url: Option<reqwest::Url>,
     /// The key, read from the environment at startup; never logged.
     api_key: Option<String>,
     pub mode: ToolMode,
@@ -75,6 +79,12 @@ pub struct Provider {
 impl Provider {
     pub fn api_key(&self) -> Option<&str> {
         self.api_key.as_deref()
+    }
+
+    /// The parsed upstream URL of `path` when it is the one kept parsed
+    /// (`chat/completions`); other paths are joined to `base_url` per call.
+    pub fn parsed_url(&self, path: &str) -> Option<reqwest::Url> {
+        self.chat_url.as_ref().filter(|_| path.trim_start_matches('/') == "chat/completions").cloned()
     }
 
     /// Whether `model`'s tools are emulated by prompt (the provider's mode,
@@ -193,14 +203,12 @@ impl Providers {
                 regex::Regex::new(c)
                     .map_err(|e| ConfigError::Invalid(format!("provider {name}: [tools] name_chars {c:?}: {e}")))?;
             }
+            let base_url =
+                pc.base_url.clone().unwrap_or_else(|| profile.base_url.clone()).trim_end_matches('/').to_string();
             let provider = Provider {
                 name: name.clone(),
-                base_url: pc
-                    .base_url
-                    .clone()
-                    .unwrap_or_else(|| profile.base_url.clone())
-                    .trim_end_matches('/')
-                    .to_string(),
+                chat_url: reqwest::Url::parse(&format!("{base_url}/chat/completions")).ok(),
+                base_url,
                 api_key,
                 mode: pc.tool_calls.or(profile.tools.mode).unwrap_or_default(),
                 models: pc.models.clone().unwrap_or_else(|| profile.models.clone()),

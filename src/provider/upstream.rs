@@ -7,8 +7,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use eventsource_stream::Eventsource;
-use futures_util::{Stream, StreamExt};
+use futures_util::Stream;
 use serde_json::Value;
 
 use super::record::{Recorder, Recording};
@@ -56,8 +55,10 @@ impl Upstream {
     }
 
     fn request(&self, p: &Provider, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let url = format!("{}/{}", p.base_url, path.trim_start_matches('/'));
-        let mut rb = self.client.request(method, url);
+        let mut rb = match p.parsed_url(path) {
+            Some(url) => self.client.request(method, url),
+            None => self.client.request(method, format!("{}/{}", p.base_url, path.trim_start_matches('/'))),
+        };
         if let Some(key) = p.api_key() {
             rb = match &p.profile.auth_header {
                 Some(h) => rb.header(h.as_str(), key),
@@ -88,14 +89,14 @@ impl Upstream {
         }
         let idle = Duration::from_secs_f64(p.upstream.idle_timeout_secs);
         if is_sse {
-            return Ok(Reply::Events(sse_events(resp.bytes_stream(), idle, rec)));
+            return Ok(Reply::Events(super::sse_in::events(resp.bytes_stream(), idle, rec)));
         }
         let bytes = read(resp, rec).await?;
         if looks_like_sse(&bytes) {
             // A stream served under the wrong content type (seen behind
             // misconfigured gateways): parse it as what it is.
             let body = futures_util::stream::once(async move { Ok::<_, std::convert::Infallible>(bytes) });
-            return Ok(Reply::Events(sse_events(body, idle, None)));
+            return Ok(Reply::Events(super::sse_in::events(body, idle, None)));
         }
         let v: Value = serde_json::from_slice(&bytes).map_err(|e| {
             UpstreamError::Protocol(format!(
@@ -150,52 +151,6 @@ async fn read(resp: reqwest::Response, rec: Option<Recording>) -> Result<bytes::
         r.body(&bytes);
     }
     Ok(bytes)
-}
-
-/// `data` payloads of an SSE body. Comment lines and keep-alives are skipped
-/// by the parser; `[DONE]` ends the stream; a silence longer than `idle`
-/// ends it with a timeout error. A recording sees each event as it is passed
-/// on and is written when the stream ends.
-fn sse_events<S, B, E>(body: S, idle: Duration, mut rec: Option<Recording>) -> Events
-where
-    S: Stream<Item = Result<B, E>> + Send + 'static,
-    B: 'static,
-    E: 'static,
-    B: AsRef<[u8]> + Send,
-    E: std::fmt::Display + Send,
-{
-    let mut inner = Box::pin(body.eventsource());
-    Box::pin(async_stream::stream! {
-        loop {
-            match tokio::time::timeout(idle, inner.next()).await {
-                Err(_) => {
-                    yield Err(UpstreamError::Timeout(format!("stream idle for {idle:?}")));
-                    break;
-                }
-                Ok(None) => break,
-                Ok(Some(Err(e))) => {
-                    yield Err(UpstreamError::Connect(format!("stream broken: {e}")));
-                    break;
-                }
-                Ok(Some(Ok(ev))) => {
-                    if let Some(r) = rec.as_mut() {
-                        r.event(&ev.event, &ev.data);
-                    }
-                    let data = ev.data.trim();
-                    if data == "[DONE]" {
-                        break;
-                    }
-                    if data.is_empty() {
-                        continue;
-                    }
-                    yield Ok(ev.data);
-                }
-            }
-        }
-        if let Some(r) = rec.take() {
-            r.finish();
-        }
-    })
 }
 
 fn looks_like_sse(body: &[u8]) -> bool {

@@ -5,7 +5,6 @@
 //! from a parsed request to normalized chunks, for the other front ends
 //! (`/v1/responses`).
 
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Json;
@@ -262,18 +261,18 @@ fn sse(chunks: BoxStream<'static, Result<Chunk, UpstreamError>>) -> Response {
         let mut chunks = chunks;
         while let Some(c) = chunks.next().await {
             match c.as_ref().map(super::sse::chunk) {
-                Ok(Ok(ev)) => yield Ok::<_, Infallible>(ev),
+                Ok(Ok(ev)) => yield ev,
                 Ok(Err(ev)) => {
-                    yield Ok(ev);
+                    yield ev;
                     return;
                 }
                 Err(e) => {
-                    yield Ok(super::sse::upstream_error(e));
+                    yield super::sse::upstream_error(e);
                     return;
                 }
             }
         }
-        yield Ok(super::sse::done());
+        yield super::sse::done();
     };
     super::sse::response(events)
 }

@@ -6,12 +6,10 @@
 //! event stream or one response object ([`crate::responses::events`]). See
 //! [`crate::responses`].
 
-use std::convert::Infallible;
-
+use super::sse::Event;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
@@ -195,7 +193,7 @@ fn skeleton(req: &Request, id: &str) -> Value {
 
 /// One Responses event as SSE: `event: <type>` and the JSON.
 fn event(e: &Value) -> Event {
-    Event::default().event(e["type"].as_str().unwrap_or("message")).data(e.to_string())
+    Event::named(e["type"].as_str().unwrap_or("message"), &e.to_string())
 }
 
 /// The event stream. An upstream failure mid-stream is `response.failed`;
@@ -211,7 +209,7 @@ fn stream(
 ) -> Response {
     let events = async_stream::stream! {
         for e in b.start() {
-            yield Ok::<_, Infallible>(event(&e));
+            yield event(&e);
         }
         let mut chunks = chunks;
         let mut out = Vec::new();
@@ -220,12 +218,12 @@ fn stream(
                 Ok(c) => {
                     b.push(c, &mut out);
                     for e in out.drain(..) {
-                        yield Ok(event(&e));
+                        yield event(&e);
                     }
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "the upstream failed mid-stream");
-                    yield Ok(event(&b.fail(&e)));
+                    yield event(&b.fail(&e));
                     return;
                 }
             }
@@ -235,9 +233,9 @@ fn stream(
             save(&s, owner.as_deref(), &b, items).await;
         }
         for e in closing {
-            yield Ok(event(&e));
+            yield event(&e);
         }
-        yield Ok(event(&b.terminal()));
+        yield event(&b.terminal());
     };
     super::sse::response(events)
 }

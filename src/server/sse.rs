@@ -1,25 +1,98 @@
-//! Writing SSE to the client, shared by the plain path and the agent loop:
-//! one `data:` event per chunk, `[DONE]` at the end, and an error after the
-//! stream started sent in-band as `{"error": …}` (the OpenAI SDKs raise it),
-//! after which the stream ends. Keep-alive comments cover long silences.
+//! Writing SSE to the client, shared by the plain path, the agent loop and
+//! `/v1/responses`: one `data:` event per chunk, `[DONE]` at the end, and an
+//! error after the stream started sent in-band as `{"error": …}` (the OpenAI
+//! SDKs raise it), after which the stream ends. Keep-alive comments cover
+//! long silences.
+//!
+//! This is the streaming hot path, so an event is serialized straight into
+//! the bytes that go on the wire (`data: ` + JSON + blank line, no
+//! intermediate string), and the events that are ready together leave in one
+//! body frame (one chunk of the chunked encoding, one write) instead of one
+//! frame each.
 
-use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
+use bytes::BytesMut;
 use futures_util::Stream;
+use tokio::time::{Instant, Sleep};
 
 use crate::error::ErrorObject;
 use crate::openai::Chunk;
 use crate::provider::UpstreamError;
 
+/// How long the stream may be silent before a keep-alive comment goes out.
+const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+/// Events ready at the same time are joined into one frame up to this size.
+const MAX_FRAME: usize = 16 * 1024;
+
+/// One SSE event, already in wire form.
+#[derive(Debug, Clone)]
+pub struct Event(Bytes);
+
+impl Event {
+    /// `data: <text>`. `text` is JSON (or `[DONE]`) everywhere we send it;
+    /// a line break in it would still be split into `data:` lines.
+    pub fn data(text: &str) -> Self {
+        Self::build(None, text)
+    }
+
+    /// `event: <name>` then `data: <text>`.
+    pub fn named(name: &str, text: &str) -> Self {
+        Self::build(Some(name), text)
+    }
+
+    /// A `: ` comment (ignored by SSE clients).
+    pub fn comment(text: &str) -> Self {
+        let mut b = BytesMut::with_capacity(text.len() + 4);
+        for line in text.split('\n') {
+            b.extend_from_slice(b": ");
+            b.extend_from_slice(line.as_bytes());
+            b.extend_from_slice(b"\n");
+        }
+        b.extend_from_slice(b"\n");
+        Event(b.freeze())
+    }
+
+    fn build(name: Option<&str>, text: &str) -> Self {
+        let mut b = BytesMut::with_capacity(text.len() + 16 + name.map_or(0, |n| n.len() + 8));
+        if let Some(n) = name {
+            b.extend_from_slice(b"event: ");
+            b.extend_from_slice(n.as_bytes());
+            b.extend_from_slice(b"\n");
+        }
+        for line in text.split('\n') {
+            b.extend_from_slice(b"data: ");
+            b.extend_from_slice(line.trim_end_matches('\r').as_bytes());
+            b.extend_from_slice(b"\n");
+        }
+        b.extend_from_slice(b"\n");
+        Event(b.freeze())
+    }
+
+    /// `data: <json>` serialized in place (JSON has no raw line breaks).
+    fn json(value: &impl serde::Serialize) -> Result<Self, serde_json::Error> {
+        let mut buf = Vec::with_capacity(256);
+        buf.extend_from_slice(b"data: ");
+        serde_json::to_writer(&mut buf, value)?;
+        buf.extend_from_slice(b"\n\n");
+        Ok(Event(Bytes::from(buf)))
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
 /// A chunk as an event; `Err` carries the in-band error event that must end
 /// the stream.
 pub fn chunk(c: &Chunk) -> Result<Event, Event> {
-    serde_json::to_string(c)
-        .map(|json| Event::default().data(json))
-        .map_err(|e| error(&ErrorObject::new("api_error", e.to_string())))
+    Event::json(c).map_err(|e| error(&ErrorObject::new("api_error", e.to_string())))
 }
 
 /// The in-band error event for an upstream failure mid-stream.
@@ -29,15 +102,145 @@ pub fn upstream_error(e: &UpstreamError) -> Event {
 
 /// An in-band `{"error": …}` event.
 pub fn error(e: &ErrorObject) -> Event {
-    Event::default().data(e.to_body().to_string())
+    Event::data(&e.to_body().to_string())
 }
 
 /// The last event of a successful stream.
 pub fn done() -> Event {
-    Event::default().data("[DONE]")
+    Event(Bytes::from_static(b"data: [DONE]\n\n"))
 }
 
 /// The SSE response around a stream of events.
-pub fn response(events: impl Stream<Item = Result<Event, Infallible>> + Send + 'static) -> Response {
-    Sse::new(events).keep_alive(KeepAlive::new().interval(Duration::from_secs(15))).into_response()
+pub fn response(events: impl Stream<Item = Event> + Send + 'static) -> Response {
+    let body = Body::from_stream(Frames::new(events));
+    let mut resp = body.into_response();
+    let h = resp.headers_mut();
+    h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    resp
+}
+
+/// Body frames from events: the events ready now joined into one frame, and a
+/// keep-alive comment after [`KEEP_ALIVE`] of silence. The timer is armed
+/// once and moved only when it fires, never per event.
+struct Frames {
+    events: Pin<Box<dyn Stream<Item = Event> + Send>>,
+    idle: Option<Pin<Box<Sleep>>>,
+    last: Instant,
+    ended: bool,
+}
+
+impl Frames {
+    fn new(events: impl Stream<Item = Event> + Send + 'static) -> Self {
+        Frames { events: Box::pin(events), idle: None, last: Instant::now(), ended: false }
+    }
+}
+
+impl Stream for Frames {
+    type Item = Result<Bytes, std::convert::Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        let mut frame: Option<BytesMut> = None;
+        let mut single: Option<Bytes> = None;
+        loop {
+            match this.events.as_mut().poll_next(cx) {
+                Poll::Ready(Some(Event(b))) => {
+                    match (&mut frame, single.take()) {
+                        (Some(f), _) => f.extend_from_slice(&b),
+                        (None, Some(first)) => {
+                            let mut f = BytesMut::with_capacity((first.len() + b.len()).max(4096));
+                            f.extend_from_slice(&first);
+                            f.extend_from_slice(&b);
+                            frame = Some(f);
+                        }
+                        (None, None) => single = Some(b),
+                    }
+                    if frame.as_ref().is_some_and(|f| f.len() >= MAX_FRAME) {
+                        break;
+                    }
+                }
+                Poll::Ready(None) => {
+                    this.ended = true;
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+        if let Some(out) = frame.map(BytesMut::freeze).or(single) {
+            // Only read the clock once the timer exists (it is armed at the
+            // first wait, from that moment).
+            if this.idle.is_some() {
+                this.last = Instant::now();
+            }
+            return Poll::Ready(Some(Ok(out)));
+        }
+        if this.ended {
+            return Poll::Ready(None);
+        }
+        // Waiting: the timer was set from the last write it knew of; when it
+        // fires early (writes since), it is moved to the real deadline.
+        if this.idle.is_none() {
+            this.last = Instant::now();
+        }
+        let last = this.last;
+        let idle = this.idle.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(last + KEEP_ALIVE)));
+        loop {
+            match idle.as_mut().poll(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(()) if Instant::now() >= this.last + KEEP_ALIVE => {
+                    this.last = Instant::now();
+                    idle.as_mut().reset(this.last + KEEP_ALIVE);
+                    return Poll::Ready(Some(Ok(Bytes::from_static(b":\n\n"))));
+                }
+                Poll::Ready(()) => idle.as_mut().reset(this.last + KEEP_ALIVE),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_util::StreamExt;
+
+    #[test]
+    fn events_in_wire_form() {
+        assert_eq!(Event::data("{\"a\":1}").as_bytes(), b"data: {\"a\":1}\n\n");
+        assert_eq!(Event::named("response.created", "{}").as_bytes(), b"event: response.created\ndata: {}\n\n");
+        assert_eq!(Event::data("a\nb").as_bytes(), b"data: a\ndata: b\n\n");
+        assert_eq!(Event::comment("tool_trace {}").as_bytes(), b": tool_trace {}\n\n");
+        assert_eq!(done().as_bytes(), b"data: [DONE]\n\n");
+    }
+
+    #[tokio::test]
+    async fn ready_events_share_a_frame() {
+        let events = futures_util::stream::iter([Event::data("1"), Event::data("2"), done()]);
+        let frames: Vec<Bytes> = Frames::new(events).map(|f| f.unwrap_or_default()).collect().await;
+        assert_eq!(frames, vec![Bytes::from_static(b"data: 1\n\ndata: 2\n\ndata: [DONE]\n\n")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keep_alive_only_while_silent() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Event>(4);
+        let events = tokio_stream_from(rx);
+        let mut frames = Frames::new(events);
+        tx.send(Event::data("1")).await.unwrap_or(());
+        assert_eq!(frames.next().await.and_then(Result::ok), Some(Bytes::from_static(b"data: 1\n\n")));
+        // Nothing for longer than the keep-alive interval: a comment.
+        assert_eq!(frames.next().await.and_then(Result::ok), Some(Bytes::from_static(b":\n\n")));
+        drop(tx);
+        assert_eq!(frames.next().await, None);
+    }
+
+    fn tokio_stream_from(mut rx: tokio::sync::mpsc::Receiver<Event>) -> impl Stream<Item = Event> + Send {
+        async_stream::stream! {
+            while let Some(e) = rx.recv().await {
+                yield e;
+            }
+        }
+    }
 }
