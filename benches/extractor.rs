@@ -19,6 +19,7 @@ use modelshim::toolcall::{Event, Extractor, FormatSet, ToolIndex};
 use serde_json::json;
 
 /// The binary's allocator, so the figures are the shipped ones.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
