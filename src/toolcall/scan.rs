@@ -20,6 +20,13 @@ pub fn find(s: &str, pat: &str, from: usize) -> Option<usize> {
     None
 }
 
+/// `s` split around the first `pat`. Like `str::split_once`, which builds a
+/// two-way searcher per call: too dear for the short bodies parsers split.
+pub fn split_once<'a>(s: &'a str, pat: &str) -> Option<(&'a str, &'a str)> {
+    let at = find(s, pat, 0)?;
+    Some((&s[..at], &s[at + pat.len()..]))
+}
+
 /// The first index at or after `i` that is not ASCII whitespace.
 pub fn skip_ws(s: &str, i: usize) -> usize {
     let b = s.as_bytes();
