@@ -186,6 +186,8 @@ pub struct Extractor {
     trim_next: bool,
     /// An empty candidate list with capacity, reused by the next region.
     spare: Vec<Cand>,
+    /// The calls of the region being finished (empty between regions).
+    calls: Vec<super::Call>,
 }
 
 impl Extractor {
@@ -206,6 +208,7 @@ impl Extractor {
             ws: String::new(),
             trim_next: false,
             spare: Vec::new(),
+            calls: Vec::new(),
         }
     }
 
@@ -340,7 +343,7 @@ impl Extractor {
             }
             let format = self.set.formats[c.format];
             match format.parse(buf, &ctx) {
-                Step::Done(p) => match args::finish(p, format.name(), &self.tools) {
+                Step::Done(p) => match args::finish(p, format.name(), &self.tools, &mut self.calls) {
                     Some(p) if p.consumed > 0 && p.consumed <= buf.len() => {
                         done = Some(p);
                         break;
@@ -369,13 +372,11 @@ impl Extractor {
             self.leave_region();
             emit(out, Event::Reasoning(p.reasoning));
             push_text(&mut self.ws, &mut self.trim_next, &mut self.at_start, &p.content, out);
-            if !p.calls.is_empty() {
+            if !self.calls.is_empty() {
                 self.ws.clear();
                 self.trim_next = true;
             }
-            for call in p.calls {
-                out.push(Event::Call(call));
-            }
+            out.extend(self.calls.drain(..).map(Event::Call));
             return true;
         }
         if cands.is_empty() || buf.len() > MAX_REGION {
