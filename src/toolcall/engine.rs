@@ -130,6 +130,9 @@ impl FormatSet {
     /// once more text arrives (`<tool_call>` vs `<tool_calls>`).
     fn could_grow(&self, buf: &str, start: usize, matched: usize) -> bool {
         let tail = &buf.as_bytes()[start..];
+        if tail.len() >= self.max_len {
+            return false;
+        }
         self.patterns.iter().any(|(p, _)| p.len() > matched && p.len() > tail.len() && p.as_bytes().starts_with(tail))
     }
 }

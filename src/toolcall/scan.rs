@@ -211,7 +211,21 @@ fn member_value(b: &[u8], i: usize) -> Option<usize> {
 
 /// Past the closing quote of the string that opens at `b[i]`.
 fn string_end(b: &[u8], i: usize) -> Option<usize> {
+    const ONES: u64 = u64::MAX / 255;
+    // Eight bytes at a time while none is `"`, `\` or a control character.
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & (ONES << 7);
     let mut j = i + 1;
+    while let Some(chunk) = b.get(j..j + 8).and_then(|c| <[u8; 8]>::try_from(c).ok()) {
+        let x = u64::from_le_bytes(chunk);
+        if has_zero(x ^ (ONES * u64::from(b'"')))
+            | has_zero(x ^ (ONES * u64::from(b'\\')))
+            | (x.wrapping_sub(ONES * 0x20) & !x & (ONES << 7))
+            != 0
+        {
+            break;
+        }
+        j += 8;
+    }
     loop {
         match *b.get(j)? {
             b'"' => return Some(j + 1),
@@ -288,14 +302,14 @@ fn plain_call_object(s: &str, at: usize) -> Option<(usize, &str, Option<&str>)> 
         let key_end = string_end(b, i)?;
         let key = &b[i + 1..key_end - 1];
         let colon = json_ws_end(b, key_end);
-        if key.contains(&b'\\') || b.get(colon) != Some(&b':') {
+        if key.iter().any(|c| *c == b'\\') || b.get(colon) != Some(&b':') {
             return None;
         }
         let v = json_ws_end(b, colon + 1);
         let v_end = json_value_end(b, v)?;
         let value = &s[v..v_end];
         match key {
-            b"name" if name.is_none() && value.starts_with('"') && !value.contains('\\') => {
+            b"name" if name.is_none() && value.starts_with('"') && !value.bytes().any(|c| c == b'\\') => {
                 name = Some(&value[1..value.len() - 1]);
             }
             b"arguments" | b"parameters" if args.is_none() && value != "null" => args = Some(value),
@@ -432,6 +446,17 @@ mod tests {
                 ),
             ]
         })
+    }
+
+    #[test]
+    fn string_end_sees_every_position() {
+        for n in 0..24 {
+            for (c, ok) in [("\"", true), ("\\n", true), ("\\q", false), ("\u{1f}", false), ("é", true)] {
+                let t = format!("\"{}{c}{}\"", "a".repeat(n), "b".repeat(23 - n));
+                let want = if c == "\"" { Some(n + 2) } else { ok.then_some(t.len()) };
+                assert_eq!(string_end(t.as_bytes(), 0), want, "{t:?}");
+            }
+        }
     }
 
     proptest::proptest! {
