@@ -57,7 +57,7 @@ fn finish_call(raw: RawCall, format: &'static str, tools: &ToolIndex) -> Option<
 
 /// Normalizes JSON argument text to a JSON object string.
 pub fn json_arguments(text: &str) -> Option<String> {
-    let t = text.trim();
+    let t = scan::trim(text);
     if t.is_empty() || t == "null" {
         return Some("{}".to_string());
     }
@@ -98,7 +98,7 @@ fn owned_json_arguments(text: String) -> Option<String> {
 /// [`json_arguments`] for text known to be valid JSON: an object is kept
 /// (moved, not copied) without parsing it again.
 fn checked_arguments(text: String) -> Option<String> {
-    let t = text.trim();
+    let t = scan::trim(&text);
     if !t.starts_with('{') {
         return json_arguments(t);
     }
@@ -118,7 +118,7 @@ pub fn repair(text: &str) -> Option<String> {
 /// Maps a plain-string argument onto the tool's schema: JSON object text is
 /// used as is, otherwise the string fills the tool's one string parameter.
 fn text_arguments(text: &str, schema: Option<&Value>) -> Option<String> {
-    let t = text.trim();
+    let t = scan::trim(text);
     if t.starts_with('{')
         && let Some(a) = json_arguments(t)
     {

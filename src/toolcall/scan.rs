@@ -27,6 +27,28 @@ pub fn split_once<'a>(s: &'a str, pat: &str) -> Option<(&'a str, &'a str)> {
     Some((&s[..at], &s[at + pat.len()..]))
 }
 
+/// `str::trim_start`, skipping its Unicode whitespace walk when `s` opens
+/// with a printable ASCII byte (every Unicode space is `<= b' '` or non-ASCII).
+pub fn trim_start(s: &str) -> &str {
+    match s.as_bytes().first() {
+        Some(b'!'..=b'~') | None => s,
+        Some(_) => s.trim_start(),
+    }
+}
+
+/// `str::trim_end`, short-cut like [`trim_start`].
+pub fn trim_end(s: &str) -> &str {
+    match s.as_bytes().last() {
+        Some(b'!'..=b'~') | None => s,
+        Some(_) => s.trim_end(),
+    }
+}
+
+/// `str::trim`, short-cut like [`trim_start`].
+pub fn trim(s: &str) -> &str {
+    trim_end(trim_start(s))
+}
+
 /// The first index at or after `i` that is not ASCII whitespace.
 pub fn skip_ws(s: &str, i: usize) -> usize {
     let b = s.as_bytes();
@@ -212,21 +234,25 @@ fn member_value(b: &[u8], i: usize) -> Option<usize> {
 /// Past the closing quote of the string that opens at `b[i]`.
 fn string_end(b: &[u8], i: usize) -> Option<usize> {
     const ONES: u64 = u64::MAX / 255;
-    // Eight bytes at a time while none is `"`, `\` or a control character.
-    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & (ONES << 7);
+    const HIGH: u64 = ONES << 7;
     let mut j = i + 1;
-    while let Some(chunk) = b.get(j..j + 8).and_then(|c| <[u8; 8]>::try_from(c).ok()) {
-        let x = u64::from_le_bytes(chunk);
-        if has_zero(x ^ (ONES * u64::from(b'"')))
-            | has_zero(x ^ (ONES * u64::from(b'\\')))
-            | (x.wrapping_sub(ONES * 0x20) & !x & (ONES << 7))
-            != 0
-        {
-            break;
-        }
-        j += 8;
-    }
     loop {
+        // Eight bytes at a time to the next `"`, `\` or control character
+        // (the lowest flagged byte is exact; later flags may be false).
+        while let Some(chunk) = b.get(j..j + 8).and_then(|c| <[u8; 8]>::try_from(c).ok()) {
+            let x = u64::from_le_bytes(chunk);
+            let quote = x ^ (ONES * u64::from(b'"'));
+            let slash = x ^ (ONES * u64::from(b'\\'));
+            let special = (quote.wrapping_sub(ONES) & !quote
+                | slash.wrapping_sub(ONES) & !slash
+                | x.wrapping_sub(ONES * 0x20) & !x)
+                & HIGH;
+            if special != 0 {
+                j += special.trailing_zeros() as usize / 8;
+                break;
+            }
+            j += 8;
+        }
         match *b.get(j)? {
             b'"' => return Some(j + 1),
             b'\\' => {
@@ -461,6 +487,13 @@ mod tests {
 
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 3000, ..Default::default() })]
+
+        #[test]
+        fn trims_like_std(s in "[ \t\n\u{b}\u{c}\r\u{85}\u{a0}\u{3000}a!~\u{7f}é]{0,6}") {
+            proptest::prop_assert_eq!(trim(&s), s.trim());
+            proptest::prop_assert_eq!(trim_start(&s), s.trim_start());
+            proptest::prop_assert_eq!(trim_end(&s), s.trim_end());
+        }
 
         /// Whatever the shortcuts accept, serde_json reads the same way; a
         /// damaged value (one byte changed, dropped or added) included.
