@@ -7,45 +7,62 @@
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use super::{Args, Call, Parsed, RawCall, ToolIndex, typing};
+use super::{Args, Call, Parsed, RawCall, ToolIndex, scan, typing};
 
 /// A region after the guards: what the engine emits.
+/// Its calls are appended to a buffer the caller reuses (one allocation per
+/// response, not one per region).
 pub(super) struct Finished {
     pub consumed: usize,
-    pub calls: Vec<Call>,
     pub content: String,
     pub reasoning: String,
 }
 
-/// Applies the guards to a parsed region. `None` means the region is not a
-/// tool call after all (an undeclared name, arguments that are no object) and
-/// must stay text.
-pub(super) fn finish(p: Parsed, format: &'static str, tools: &ToolIndex) -> Option<Finished> {
-    let mut calls = Vec::with_capacity(p.calls.len());
+/// Applies the guards to a parsed region and appends its calls to `calls`.
+/// `None` means the region is not a tool call after all (an undeclared name,
+/// arguments that are no object) and must stay text; `calls` is then as it
+/// was.
+pub(super) fn finish(p: Parsed, format: &'static str, tools: &ToolIndex, calls: &mut Vec<Call>) -> Option<Finished> {
+    let len = calls.len();
     for raw in p.calls {
-        calls.push(finish_call(raw, format, tools)?);
+        match finish_call(raw, format, tools) {
+            Some(call) => calls.push(call),
+            None => {
+                calls.truncate(len);
+                return None;
+            }
+        }
     }
-    Some(Finished { consumed: p.consumed, calls, content: p.content, reasoning: p.reasoning })
+    Some(Finished { consumed: p.consumed, content: p.content, reasoning: p.reasoning })
 }
 
 fn finish_call(raw: RawCall, format: &'static str, tools: &ToolIndex) -> Option<Call> {
-    let name = tools.resolve(&raw.name)?.to_string();
-    let arguments = match raw.args {
-        Args::Json(text) => json_arguments(&text)?,
+    let RawCall { name, args, id } = raw;
+    // The model's string is kept when it is the declared spelling already.
+    let declared = match tools.resolve(&name)? {
+        d if d == name => None,
+        d => Some(d.to_string()),
+    };
+    let name = declared.unwrap_or(name);
+    let arguments = match args {
+        Args::Json(text) => owned_json_arguments(text)?,
         Args::Checked(text) => checked_arguments(text)?,
         Args::Value(Value::Null) | Args::Empty => "{}".to_string(),
         Args::Value(v @ Value::Object(_)) => v.to_string(),
         Args::Value(_) => return None,
         Args::Text(text) => text_arguments(&text, tools.schema(&name))?,
     };
-    Some(Call { id: raw.id, name, arguments, format })
+    Some(Call { id, name, arguments, format })
 }
 
 /// Normalizes JSON argument text to a JSON object string.
 pub fn json_arguments(text: &str) -> Option<String> {
-    let t = text.trim();
+    let t = scan::trim(text);
     if t.is_empty() || t == "null" {
         return Some("{}".to_string());
+    }
+    if is_plain_object(t) {
+        return Some(t.to_string());
     }
     // Validated without building a tree: the bytes are kept anyway.
     if serde_json::from_str::<&RawValue>(t).is_err() {
@@ -67,10 +84,21 @@ pub fn json_arguments(text: &str) -> Option<String> {
     }
 }
 
+/// A JSON object and nothing else, by the quick check (serde_json decides
+/// whatever that does not accept).
+fn is_plain_object(t: &str) -> bool {
+    t.starts_with('{') && scan::json_value_end(t.as_bytes(), 0) == Some(t.len())
+}
+
+/// [`json_arguments`] that keeps the model's string when it is the answer.
+fn owned_json_arguments(text: String) -> Option<String> {
+    if is_plain_object(&text) { Some(text) } else { json_arguments(&text) }
+}
+
 /// [`json_arguments`] for text known to be valid JSON: an object is kept
 /// (moved, not copied) without parsing it again.
 fn checked_arguments(text: String) -> Option<String> {
-    let t = text.trim();
+    let t = scan::trim(&text);
     if !t.starts_with('{') {
         return json_arguments(t);
     }
@@ -90,7 +118,7 @@ pub fn repair(text: &str) -> Option<String> {
 /// Maps a plain-string argument onto the tool's schema: JSON object text is
 /// used as is, otherwise the string fills the tool's one string parameter.
 fn text_arguments(text: &str, schema: Option<&Value>) -> Option<String> {
-    let t = text.trim();
+    let t = scan::trim(text);
     if t.starts_with('{')
         && let Some(a) = json_arguments(t)
     {

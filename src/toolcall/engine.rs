@@ -13,7 +13,7 @@ use std::sync::Arc;
 use aho_corasick::{AhoCorasick, MatchKind};
 use memchr::memmem;
 
-use super::{Ctx, Event, Format, Step, ToolIndex, Wait, args, formats};
+use super::{Ctx, Event, Format, Step, ToolIndex, Wait, args, formats, scan};
 
 /// Reasoning blocks that are routed to `reasoning_content` and never scanned
 /// for tool calls.
@@ -28,6 +28,24 @@ const REASONING: &[(&str, &str)] = &[
 /// unterminated marker cannot make the proxy buffer without bound.
 pub const MAX_REGION: usize = 8 << 20;
 
+/// A pattern's first eight bytes as a masked word, so a candidate position
+/// is checked against a pattern with one compare.
+#[derive(Clone, Copy)]
+struct Prefix {
+    word: u64,
+    mask: u64,
+    len: usize,
+    pattern: usize,
+}
+
+/// Up to eight bytes of `b` as a little-endian word, zero-padded.
+fn word(b: &[u8]) -> u64 {
+    let mut w = [0u8; 8];
+    let n = b.len().min(8);
+    w[..n].copy_from_slice(&b[..n]);
+    u64::from_le_bytes(w)
+}
+
 enum Pattern {
     Reasoning { close: &'static str },
     Marker { formats: Vec<usize> },
@@ -41,6 +59,8 @@ pub struct FormatSet {
     ac: Option<AhoCorasick>,
     max_len: usize,
     first_byte: [bool; 256],
+    /// The patterns by first byte, longest first.
+    by_first: Vec<Vec<Prefix>>,
     start_byte: [bool; 256],
 }
 
@@ -96,10 +116,21 @@ impl FormatSet {
                 first_byte[*b as usize] = true;
             }
         }
+        let mut by_first = vec![Vec::new(); 256];
+        for (pattern, (p, _)) in patterns.iter().enumerate() {
+            let b = p.as_bytes();
+            if let Some(first) = b.first() {
+                let mask = if b.len() >= 8 { u64::MAX } else { (1u64 << (8 * b.len())) - 1 };
+                by_first[*first as usize].push(Prefix { word: word(b), mask, len: b.len(), pattern });
+            }
+        }
+        for list in &mut by_first {
+            list.sort_by_key(|p| std::cmp::Reverse(p.len));
+        }
         let max_len = patterns.iter().map(|(p, _)| p.len()).max().unwrap_or(1);
         let ac =
             AhoCorasick::builder().match_kind(MatchKind::LeftmostLongest).build(patterns.iter().map(|(p, _)| p)).ok();
-        FormatSet { formats, patterns, ac, max_len, first_byte, start_byte }
+        FormatSet { formats, patterns, ac, max_len, first_byte, by_first, start_byte }
     }
 
     pub fn names(&self) -> Vec<&'static str> {
@@ -108,6 +139,38 @@ impl FormatSet {
 
     pub fn is_empty(&self) -> bool {
         self.formats.is_empty()
+    }
+
+    /// The leftmost-longest pattern in `text`: (start, length, pattern).
+    /// In a long text with calls close together the next marker is usually
+    /// a few bytes away, where a plain scan is cheaper than setting up the
+    /// automaton's SIMD search; past that window (and in short texts, where
+    /// the automaton is as cheap) the automaton searches.
+    fn find(&self, text: &str) -> Option<(usize, usize, usize)> {
+        const NEAR: usize = 64;
+        let ac = self.ac.as_ref()?;
+        let b = text.as_bytes();
+        let mut from = 0;
+        if b.len() > 2 * NEAR {
+            for (i, x) in b[..NEAR].iter().enumerate() {
+                if !self.first_byte[*x as usize] {
+                    continue;
+                }
+                let rest = &b[i..];
+                let w = word(rest);
+                let hit = self.by_first[*x as usize].iter().find(|p| {
+                    w & p.mask == p.word
+                        && rest.len() >= p.len
+                        && (p.len <= 8 || rest[8..p.len] == self.patterns[p.pattern].0.as_bytes()[8..])
+                });
+                if let Some(p) = hit {
+                    return Some((i, p.len, p.pattern));
+                }
+            }
+            from = NEAR;
+        }
+        let m = ac.find(aho_corasick::Input::new(text).span(from..b.len()))?;
+        Some((m.start(), m.len(), m.pattern().as_usize()))
     }
 
     /// Length of the longest suffix of `buf` that is a proper prefix of a
@@ -130,6 +193,9 @@ impl FormatSet {
     /// once more text arrives (`<tool_call>` vs `<tool_calls>`).
     fn could_grow(&self, buf: &str, start: usize, matched: usize) -> bool {
         let tail = &buf.as_bytes()[start..];
+        if tail.len() >= self.max_len {
+            return false;
+        }
         self.patterns.iter().any(|(p, _)| p.len() > matched && p.len() > tail.len() && p.as_bytes().starts_with(tail))
     }
 }
@@ -186,6 +252,8 @@ pub struct Extractor {
     trim_next: bool,
     /// An empty candidate list with capacity, reused by the next region.
     spare: Vec<Cand>,
+    /// The calls of the region being finished (empty between regions).
+    calls: Vec<super::Call>,
 }
 
 impl Extractor {
@@ -206,6 +274,7 @@ impl Extractor {
             ws: String::new(),
             trim_next: false,
             spare: Vec::new(),
+            calls: Vec::new(),
         }
     }
 
@@ -284,22 +353,21 @@ impl Extractor {
                 Some(_) => {}
             }
         }
-        let found = self.set.ac.as_ref().and_then(|ac| ac.find(self.rest()));
-        if let Some(m) = found {
-            if !eof && self.set.could_grow(self.rest(), m.start(), m.len()) {
-                self.emit_text_to(m.start(), out);
+        if let Some((start, len, pattern)) = self.set.find(self.rest()) {
+            if !eof && self.set.could_grow(self.rest(), start, len) {
+                self.emit_text_to(start, out);
                 return false;
             }
-            self.emit_text_to(m.start(), out);
-            match &self.set.patterns[m.pattern().as_usize()].1 {
+            self.emit_text_to(start, out);
+            match &self.set.patterns[pattern].1 {
                 Pattern::Reasoning { close } => {
-                    self.head += m.len();
+                    self.head += len;
                     self.state = State::Reasoning { close };
                 }
                 Pattern::Marker { formats } => {
                     let mut cands = std::mem::take(&mut self.spare);
                     cands.extend(formats.iter().copied().map(new_cand));
-                    self.state = State::Region { cands, marker_len: m.len() };
+                    self.state = State::Region { cands, marker_len: len };
                 }
             }
             return true;
@@ -340,7 +408,7 @@ impl Extractor {
             }
             let format = self.set.formats[c.format];
             match format.parse(buf, &ctx) {
-                Step::Done(p) => match args::finish(p, format.name(), &self.tools) {
+                Step::Done(p) => match args::finish(p, format.name(), &self.tools, &mut self.calls) {
                     Some(p) if p.consumed > 0 && p.consumed <= buf.len() => {
                         done = Some(p);
                         break;
@@ -369,13 +437,11 @@ impl Extractor {
             self.leave_region();
             emit(out, Event::Reasoning(p.reasoning));
             push_text(&mut self.ws, &mut self.trim_next, &mut self.at_start, &p.content, out);
-            if !p.calls.is_empty() {
+            if !self.calls.is_empty() {
                 self.ws.clear();
                 self.trim_next = true;
             }
-            for call in p.calls {
-                out.push(Event::Call(call));
-            }
+            out.extend(self.calls.drain(..).map(Event::Call));
             return true;
         }
         if cands.is_empty() || buf.len() > MAX_REGION {
@@ -432,13 +498,13 @@ impl Extractor {
 fn push_text(ws: &mut String, trim_next: &mut bool, at_start: &mut bool, t: &str, out: &mut Vec<Event>) {
     let mut t = t;
     if *trim_next {
-        t = t.trim_start();
+        t = scan::trim_start(t);
         if t.is_empty() {
             return;
         }
         *trim_next = false;
     }
-    let body = t.trim_end();
+    let body = scan::trim_end(t);
     if body.is_empty() {
         ws.push_str(t);
         return;
@@ -606,6 +672,20 @@ mod tests {
         ex.feed("ink>done", &mut out);
         ex.finish(&mut out);
         assert_eq!(out, vec![Event::Text("a < b".into()), Event::Reasoning("why".into()), Event::Text("done".into())]);
+    }
+
+    proptest::proptest! {
+        /// The near-window scan finds what the automaton alone finds.
+        #[test]
+        fn find_is_leftmost_longest(parts in proptest::collection::vec(proptest::sample::select(vec![
+            "a", " ", "<", "<tool_call", "<tool_call>", "<tool_calls>", "[THINK]", "<think>", "Action", "Thought:",
+            "<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "```", "✿FUNCTION✿", "filler text that is long enough to pass the scan window",
+        ]), 0..24)) {
+            let set = FormatSet::all();
+            let text = parts.concat();
+            let want = set.ac.as_ref().and_then(|ac| ac.find(text.as_str())).map(|m| (m.start(), m.len(), m.pattern().as_usize()));
+            proptest::prop_assert_eq!(set.find(&text), want);
+        }
     }
 
     #[test]

@@ -48,7 +48,7 @@ impl ToolIndex {
     /// The declared spelling of `name`, tolerating case and `-`/`_`
     /// differences and stray whitespace. `None` when the tool was not declared.
     pub fn resolve<'a>(&'a self, name: &'a str) -> Option<&'a str> {
-        let name = name.trim();
+        let name = super::scan::trim(name);
         if name.is_empty() {
             return None;
         }

@@ -13,7 +13,8 @@
 //! (`NAME<｜tool▁sep｜>{json}`, see `deepseek_v31`): this parser takes only
 //! bodies that start with the `function` type.
 
-use super::json_calls::{Frame, framed, whole_json};
+use super::json_calls::{Frame, body_start, framed, whole_json};
+use crate::toolcall::scan::split_once;
 use crate::toolcall::{Args, Ctx, Format, RawCall, Step};
 
 pub struct DeepseekV3;
@@ -66,16 +67,27 @@ impl Format for DeepseekV3 {
         let Some(t) = tokens(region) else {
             return Step::Reject;
         };
+        // V3.1 bodies (`NAME<｜tool▁sep｜>…`) share the tokens: reject them on
+        // their first bytes rather than once their call is complete.
+        if let Some(at) = body_start(region, &t.frame) {
+            let head = region[at..].trim_start().as_bytes();
+            if !KIND.as_bytes().starts_with(&head[..head.len().min(KIND.len())]) {
+                return Step::Reject;
+            }
+        }
         framed(region, ctx, &t.frame, |body, complete| call(body, t.sep, complete))
     }
 }
+
+/// The call type every V3 body opens with.
+const KIND: &str = "function";
 
 /// `function<｜tool▁sep｜>NAME\n```json\n{…}\n```` → a call. The arguments are
 /// cut at the call token, not at the first fence, so argument strings may
 /// contain ```` ``` ````.
 fn call(body: &str, sep: &str, complete: bool) -> Option<RawCall> {
-    let (kind, rest) = body.split_once(sep)?;
-    if kind.trim() != "function" {
+    let (kind, rest) = split_once(body, sep)?;
+    if kind.trim() != KIND {
         return None;
     }
     let (name, args) = rest.split_once('\n')?;

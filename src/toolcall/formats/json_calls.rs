@@ -350,10 +350,7 @@ pub struct Frame {
 /// with `complete == false`: it must then hold whole JSON arguments
 /// ([`whole_json`]), so no call is fabricated from a truncated one.
 pub fn framed(region: &str, ctx: &Ctx<'_>, f: &Frame, body: impl Fn(&str, bool) -> Option<RawCall>) -> Step {
-    let mut i = 0;
-    if region.starts_with(f.section_begin) {
-        i = skip_ws(region, f.section_begin.len());
-    }
+    let i = call_start(region, f);
     let rest = &region[i..];
     if !rest.starts_with(f.call_begin) {
         return if !ctx.eof && f.call_begin.starts_with(rest) {
@@ -390,6 +387,19 @@ pub fn framed(region: &str, ctx: &Ctx<'_>, f: &Frame, body: impl Fn(&str, bool) 
         after
     };
     Step::Done(Parsed { consumed, calls: vec![call], ..Default::default() })
+}
+
+/// Where the region's first call token is (after the section token, if any).
+fn call_start(region: &str, f: &Frame) -> usize {
+    if region.starts_with(f.section_begin) { skip_ws(region, f.section_begin.len()) } else { 0 }
+}
+
+/// Where the first call's body starts, once its call token has arrived:
+/// formats that share tokens look at the body's first bytes to reject a
+/// region before its call is complete.
+pub fn body_start(region: &str, f: &Frame) -> Option<usize> {
+    let i = call_start(region, f);
+    region[i..].starts_with(f.call_begin).then_some(i + f.call_begin.len())
 }
 
 /// The JSON value that opens `s` (after whitespace), if it is complete and

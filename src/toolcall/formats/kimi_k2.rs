@@ -9,6 +9,7 @@
 //! the last `:`. Names may contain dots.
 
 use super::json_calls::{Frame, framed, whole_json};
+use crate::toolcall::scan::split_once;
 use crate::toolcall::{Args, Ctx, Format, RawCall, Step};
 
 pub struct KimiK2;
@@ -36,7 +37,7 @@ impl Format for KimiK2 {
 }
 
 fn call(body: &str, complete: bool) -> Option<RawCall> {
-    let (id, args) = body.split_once(ARGS)?;
+    let (id, args) = split_once(body, ARGS)?;
     let id = id.trim();
     let (name, indexed) = match id.rsplit_once(':') {
         Some((name, idx)) if !idx.is_empty() && idx.bytes().all(|b| b.is_ascii_digit()) => (name, true),
