@@ -328,7 +328,7 @@ fn plain_call_object(s: &str, at: usize) -> Option<(usize, &str, Option<&str>)> 
         let key_end = string_end(b, i)?;
         let key = &b[i + 1..key_end - 1];
         let colon = json_ws_end(b, key_end);
-        if key.iter().any(|c| *c == b'\\') || b.get(colon) != Some(&b':') {
+        if key.contains(&b'\\') || b.get(colon) != Some(&b':') {
             return None;
         }
         let v = json_ws_end(b, colon + 1);
