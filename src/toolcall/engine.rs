@@ -2,7 +2,8 @@
 //!
 //! States: plain text, a reasoning block, or a candidate tool-call region.
 //! In text, one Aho-Corasick automaton finds every start marker of the active
-//! formats plus the reasoning openers; text that cannot start a marker is
+//! formats plus the reasoning openers (a marker within a few bytes of a long
+//! text is found by a plain scan first); text that cannot start a marker is
 //! emitted at once and only a suffix that is a proper prefix of a marker is
 //! held back. In a region, each candidate format says what it waits for
 //! ([`Wait`]); the engine tracks those conditions incrementally and calls the
