@@ -1,6 +1,7 @@
 //! OpenAI Chat Completions wire types: the lingua franca between the client,
 //! the normalizers and every upstream. Only the fields modelshim inspects are
-//! typed; everything else lands in a flattened `extra` map and goes out again
+//! typed; everything else lands in an `extra` map (read by `with_extra!`,
+//! written flattened) and goes out again
 //! untouched, so nothing the client or the upstream sent is dropped.
 
 use serde::Serialize;
@@ -72,9 +73,9 @@ impl<'de> serde::de::Visitor<'de> for KeyOf {
 pub struct ChatRequest {
     pub model: String,
     pub messages: Vec<Message>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub stream: Option<bool>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tools: Option<Vec<Value>>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -99,7 +100,6 @@ impl ChatRequest {
 #[derive(Debug, Clone, Serialize)]
 pub struct Message {
     pub role: String,
-    #[serde(default)]
     pub content: Value,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -108,17 +108,12 @@ pub struct Message {
 /// One streamed chunk (`chat.completion.chunk`).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Chunk {
-    #[serde(default)]
     pub id: String,
-    #[serde(default = "chunk_object")]
     pub object: String,
-    #[serde(default)]
     pub created: u64,
-    #[serde(default)]
     pub model: String,
-    #[serde(default)]
     pub choices: Vec<ChunkChoice>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Value>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -130,11 +125,8 @@ fn chunk_object() -> String {
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ChunkChoice {
-    #[serde(default)]
     pub index: u32,
-    #[serde(default)]
     pub delta: Delta,
-    #[serde(default)]
     pub finish_reason: Option<String>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -143,13 +135,13 @@ pub struct ChunkChoice {
 /// A streamed delta, or (for non-streamed responses) a whole message.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Delta {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub role: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub reasoning_content: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCallDelta>>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -157,13 +149,13 @@ pub struct Delta {
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ToolCallDelta {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub index: Option<u32>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
-    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub function: Option<FunctionDelta>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -171,10 +163,10 @@ pub struct ToolCallDelta {
 
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct FunctionDelta {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     /// A string on the wire; some vendors send an object, normalized later.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub arguments: Option<Value>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -183,17 +175,12 @@ pub struct FunctionDelta {
 /// A non-streamed response (`chat.completion`).
 #[derive(Debug, Clone, Serialize)]
 pub struct Completion {
-    #[serde(default)]
     pub id: String,
-    #[serde(default = "completion_object")]
     pub object: String,
-    #[serde(default)]
     pub created: u64,
-    #[serde(default)]
     pub model: String,
-    #[serde(default)]
     pub choices: Vec<CompletionChoice>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Value>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
@@ -205,12 +192,9 @@ fn completion_object() -> String {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CompletionChoice {
-    #[serde(default)]
     pub index: u32,
     /// Same shape as a delta; `content` is emitted as `null` when absent.
-    #[serde(default)]
     pub message: Delta,
-    #[serde(default)]
     pub finish_reason: Option<String>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
