@@ -1,8 +1,8 @@
 //! OpenAI Chat Completions wire types: the lingua franca between the client,
 //! the normalizers and every upstream. Only the fields modelshim inspects are
 //! typed; everything else lands in an `extra` map (read by `with_extra!`,
-//! written flattened) and goes out again
-//! untouched, so nothing the client or the upstream sent is dropped.
+//! written flattened) and goes out again untouched, so nothing the client or
+//! the upstream sent is dropped.
 
 use serde::Serialize;
 use serde_json::{Map, Value};
