@@ -3,10 +3,11 @@
 //! name lives here so the exposition stays one documented list; other
 //! modules call the small functions below.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, OnceLock, RwLock};
 use std::time::Duration;
 
-use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics::{Counter, Histogram, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Requests by provider, model and HTTP status.
@@ -90,23 +91,84 @@ pub fn render() -> String {
     init().map(|h| h.render()).unwrap_or_default()
 }
 
+/// Handles of the series every request of a provider and model touches.
+/// Looking them up once saves building, hashing and comparing label sets for
+/// five series per request (about 3% of a proxied request's CPU, bench/).
+struct Series {
+    ok: Counter,
+    duration: Histogram,
+    ttft: Histogram,
+    prompt: Counter,
+    completion: Counter,
+}
+
+/// Model names come from clients: past this many (provider, model) pairs
+/// the handles are no longer cached, so a flood of names cannot grow it.
+const MAX_SERIES: usize = 4096;
+
+type SeriesMap = HashMap<Box<str>, HashMap<Box<str>, Arc<Series>>>;
+static SERIES: LazyLock<RwLock<SeriesMap>> = LazyLock::new(Default::default);
+
+fn series(provider: &str, model: &str) -> Option<Arc<Series>> {
+    if let Ok(map) = SERIES.read()
+        && let Some(s) = map.get(provider).and_then(|m| m.get(model))
+    {
+        return Some(s.clone());
+    }
+    let mut map = SERIES.write().ok()?;
+    if map.values().map(HashMap::len).sum::<usize>() >= MAX_SERIES {
+        return None;
+    }
+    let (p, m) = (provider.to_string(), model.to_string());
+    let s = Arc::new(Series {
+        ok: counter!(REQUESTS, "provider" => p.clone(), "model" => m.clone(), "status" => "200"),
+        duration: histogram!(DURATION, "provider" => p.clone(), "model" => m.clone()),
+        ttft: histogram!(TTFT, "provider" => p.clone(), "model" => m.clone()),
+        prompt: counter!(TOKENS, "provider" => p.clone(), "model" => m.clone(), "kind" => "prompt"),
+        completion: counter!(TOKENS, "provider" => p, "model" => m, "kind" => "completion"),
+    });
+    map.entry(provider.into()).or_default().insert(model.into(), s.clone());
+    Some(s)
+}
+
 /// One finished request.
 pub fn request_done(provider: &str, model: &str, status: u16, elapsed: Duration) {
-    let (p, m) = (provider.to_string(), model.to_string());
-    counter!(REQUESTS, "provider" => p.clone(), "model" => m.clone(), "status" => status.to_string()).increment(1);
-    histogram!(DURATION, "provider" => p, "model" => m).record(elapsed.as_secs_f64());
+    match series(provider, model) {
+        Some(s) => {
+            if status == 200 {
+                s.ok.increment(1);
+            } else {
+                counter!(REQUESTS, "provider" => provider.to_string(), "model" => model.to_string(), "status" => status.to_string()).increment(1);
+            }
+            s.duration.record(elapsed.as_secs_f64());
+        }
+        None => {
+            let (p, m) = (provider.to_string(), model.to_string());
+            counter!(REQUESTS, "provider" => p.clone(), "model" => m.clone(), "status" => status.to_string()).increment(1);
+            histogram!(DURATION, "provider" => p, "model" => m).record(elapsed.as_secs_f64());
+        }
+    }
 }
 
 pub fn first_token(provider: &str, model: &str, elapsed: Duration) {
-    histogram!(TTFT, "provider" => provider.to_string(), "model" => model.to_string()).record(elapsed.as_secs_f64());
+    match series(provider, model) {
+        Some(s) => s.ttft.record(elapsed.as_secs_f64()),
+        None => histogram!(TTFT, "provider" => provider.to_string(), "model" => model.to_string())
+            .record(elapsed.as_secs_f64()),
+    }
 }
 
 /// Token counts from an upstream `usage` object.
 pub fn usage(provider: &str, model: &str, usage: &serde_json::Value) {
+    let s = series(provider, model);
     for (field, kind) in [("prompt_tokens", "prompt"), ("completion_tokens", "completion")] {
         if let Some(n) = usage.get(field).and_then(serde_json::Value::as_u64) {
-            counter!(TOKENS, "provider" => provider.to_string(), "model" => model.to_string(), "kind" => kind)
-                .increment(n);
+            match &s {
+                Some(s) if kind == "prompt" => s.prompt.increment(n),
+                Some(s) => s.completion.increment(n),
+                None => counter!(TOKENS, "provider" => provider.to_string(), "model" => model.to_string(), "kind" => kind)
+                    .increment(n),
+            }
         }
     }
 }

@@ -77,15 +77,21 @@ impl Breakers {
             return;
         }
         let Ok(mut map) = self.by_provider.lock() else { return };
-        let b = map.entry(p.name.clone()).or_insert(Breaker { failures: 0, state: State::Closed });
+        // The hot path (a success on a closed circuit) neither allocates nor
+        // touches the gauge, which changes only with the state.
+        if !map.contains_key(p.name.as_str()) {
+            map.insert(p.name.clone(), Breaker { failures: 0, state: State::Closed });
+            crate::metrics::circuit(&p.name, 0);
+        }
+        let Some(b) = map.get_mut(p.name.as_str()) else { return };
         match outcome {
             Outcome::Success => {
                 if b.state != State::Closed {
                     tracing::info!(provider = %p.name, "circuit closed");
+                    crate::metrics::circuit(&p.name, 0);
                 }
                 b.failures = 0;
                 b.state = State::Closed;
-                crate::metrics::circuit(&p.name, 0);
             }
             Outcome::Failure => {
                 b.failures = b.failures.saturating_add(1);
