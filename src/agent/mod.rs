@@ -644,9 +644,8 @@ async fn upstream_chunks(
     let reply = crate::provider::resilience::post(&s.upstream, &s.breakers, provider, "chat/completions", req).await?;
     let mut norm = Normalizer::new(settings);
     match reply {
-        Reply::Json(v) => {
-            let completion: Completion = serde_json::from_value(v)
-                .map_err(|e| UpstreamError::Protocol(format!("not a chat completion: {e}")))?;
+        Reply::Json(body) => {
+            let completion: Completion = body.parse("a chat completion")?;
             let mut out = Vec::new();
             norm.push(completion_to_chunk(completion), &mut out);
             norm.finish(&mut out);

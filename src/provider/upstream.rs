@@ -18,15 +18,61 @@ pub type Events = Pin<Box<dyn Stream<Item = Result<String, UpstreamError>> + Sen
 
 /// What an upstream answered.
 pub enum Reply {
-    Json(Value),
+    Json(JsonBody),
     Events(Events),
 }
 
-/// The shared HTTP client (one connection pool for every upstream).
+/// A whole JSON answer as the upstream sent it. Each reader parses it into
+/// what it needs (the chat path straight into a typed completion), so no
+/// JSON tree is built and thrown away on the way.
+pub struct JsonBody(bytes::Bytes);
+
+impl JsonBody {
+    /// Parses the body as `what` (`"a chat completion"`); an error quotes
+    /// the start of the body, so nothing the upstream said is lost.
+    pub fn parse<T: serde::de::DeserializeOwned>(&self, what: &str) -> Result<T, UpstreamError> {
+        serde_json::from_slice(&self.0).map_err(|e| {
+            UpstreamError::Protocol(format!(
+                "not {what} ({e}): {}",
+                String::from_utf8_lossy(&self.0[..self.0.len().min(300)])
+            ))
+        })
+    }
+}
+
+/// The HTTP client to every upstream: one connection pool per serving
+/// thread (see [`use_thread_clients`]), one shared by every other thread.
 #[derive(Clone)]
 pub struct Upstream {
     client: reqwest::Client,
+    connect_timeout: Duration,
+    /// Tells this `Upstream`'s per-thread clients from another's.
+    id: u64,
     recorder: Option<Arc<Recorder>>,
+}
+
+thread_local! {
+    /// On a serving thread: its own clients, by `Upstream::id`. A client's
+    /// connections are driven by tasks on the runtime that opened them, so a
+    /// pool shared between the threads' runtimes would hand a request to
+    /// another thread's connection and wake that thread for every read.
+    static THREAD_CLIENTS: std::cell::RefCell<Option<Vec<(u64, reqwest::Client)>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Makes the calling thread (a serving thread with a runtime of its own)
+/// open its own upstream connections.
+pub fn use_thread_clients() {
+    THREAD_CLIENTS.with(|c| *c.borrow_mut() = Some(Vec::new()));
+}
+
+fn build_client(connect_timeout: Duration) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .tcp_nodelay(true)
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build()
+        .map_err(|e| format!("cannot build HTTP client: {e}"))
 }
 
 /// reqwest (and every HTTP client of ours: http_fetch, MCP, OTLP) is built
@@ -39,13 +85,24 @@ pub fn install_crypto_provider() {
 impl Upstream {
     pub fn new(connect_timeout: Duration) -> Result<Self, String> {
         install_crypto_provider();
-        let client = reqwest::Client::builder()
-            .connect_timeout(connect_timeout)
-            .tcp_nodelay(true)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build()
-            .map_err(|e| format!("cannot build HTTP client: {e}"))?;
-        Ok(Upstream { client, recorder: None })
+        static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Upstream { client: build_client(connect_timeout)?, connect_timeout, id, recorder: None })
+    }
+
+    /// This thread's client (see [`use_thread_clients`]), else the shared one.
+    fn client(&self) -> reqwest::Client {
+        THREAD_CLIENTS.with(|c| {
+            let mut c = c.borrow_mut();
+            let Some(mine) = c.as_mut() else { return self.client.clone() };
+            if let Some((_, client)) = mine.iter().find(|(id, _)| *id == self.id) {
+                return client.clone();
+            }
+            // Built like the shared one, which proved the settings valid.
+            let client = build_client(self.connect_timeout).unwrap_or_else(|_| self.client.clone());
+            mine.push((self.id, client.clone()));
+            client
+        })
     }
 
     /// Records every exchange from now on.
@@ -55,9 +112,10 @@ impl Upstream {
     }
 
     fn request(&self, p: &Provider, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let client = self.client();
         let mut rb = match p.parsed_url(path) {
-            Some(url) => self.client.request(method, url),
-            None => self.client.request(method, format!("{}/{}", p.base_url, path.trim_start_matches('/'))),
+            Some(url) => client.request(method, url),
+            None => client.request(method, format!("{}/{}", p.base_url, path.trim_start_matches('/'))),
         };
         if let Some(key) = p.api_key() {
             rb = match &p.profile.auth_header {
@@ -98,16 +156,24 @@ impl Upstream {
             let body = futures_util::stream::once(async move { Ok::<_, std::convert::Infallible>(bytes) });
             return Ok(Reply::Events(super::sse_in::events(body, idle, None)));
         }
-        let v: Value = serde_json::from_slice(&bytes).map_err(|e| {
-            UpstreamError::Protocol(format!(
-                "not JSON ({e}): {}",
-                String::from_utf8_lossy(&bytes[..bytes.len().min(300)])
-            ))
-        })?;
-        if let Some(err) = error_in_success(&p.profile, &v) {
-            return Err(err);
+        let body = JsonBody(bytes);
+        // Errors sent with a 200 (`base_resp`, `error_code`, `error` bodies)
+        // need the tree; only a body that names one of those keys pays for
+        // it, or one that is not even shaped like an object (an HTML page, a
+        // plain-text error), which fails here as a protocol error, as before:
+        // it counts against the circuit breaker and moves a chain along.
+        let trimmed = body.0.trim_ascii();
+        let object_like = trimmed.first() == Some(&b'{') && trimmed.last() == Some(&b'}');
+        if !object_like
+            || memchr::memmem::find(trimmed, b"\"error").is_some()
+            || memchr::memmem::find(trimmed, b"\"base_resp").is_some()
+        {
+            let v: Value = body.parse("JSON")?;
+            if let Some(err) = error_in_success(&p.profile, &v) {
+                return Err(err);
+            }
         }
-        Ok(Reply::Json(v))
+        Ok(Reply::Json(body))
     }
 
     /// GETs a path and returns the JSON body.
@@ -132,10 +198,11 @@ impl Upstream {
         rb: reqwest::RequestBuilder,
         body: impl FnOnce() -> Value,
     ) -> Result<(reqwest::Response, Option<Recording>), UpstreamError> {
-        let req = rb.build().map_err(|e| UpstreamError::Connect(format!("{}: {}", p.name, error_chain(&e))))?;
+        let (client, req) = rb.build_split();
+        let req = req.map_err(|e| UpstreamError::Connect(format!("{}: {}", p.name, error_chain(&e))))?;
         let rec = self.recorder.as_ref().map(|r| r.start(&p.name, &req, body()));
         let limit = Duration::from_secs_f64(p.upstream.first_byte_timeout_secs);
-        match tokio::time::timeout(limit, self.client.execute(req)).await {
+        match tokio::time::timeout(limit, client.execute(req)).await {
             Err(_) => Err(UpstreamError::Timeout(format!("{} sent no response within {limit:?}", p.name))),
             Ok(Err(e)) if e.is_timeout() => Err(UpstreamError::Timeout(format!("{}: {e}", p.name))),
             Ok(Err(e)) => Err(UpstreamError::Connect(format!("{}: {}", p.name, error_chain(&e)))),

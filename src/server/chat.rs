@@ -98,9 +98,11 @@ async fn plain(s: &Shared, req: ChatRequest) -> Result<BoxStream<'static, Result
     };
     let mut norm = Normalizer::new(settings);
     match reply {
-        Reply::Json(v) => {
-            let completion: Completion = serde_json::from_value(v)
-                .map_err(|e| UpstreamError::Protocol(format!("not a chat completion: {e}")))?;
+        Reply::Json(body) => {
+            let completion: Completion = body.parse("a chat completion")?;
+            if let Some(u) = completion.usage.as_ref().filter(|u| u.is_object()) {
+                crate::metrics::usage(&provider.name, &route.model, u);
+            }
             let mut chunks = Vec::new();
             norm.push(completion_to_chunk(completion), &mut chunks);
             norm.finish(&mut chunks);

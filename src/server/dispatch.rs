@@ -53,12 +53,8 @@ fn measured(reply: Reply, ctx: Option<Arc<RequestCtx>>, provider: &str, model: &
         crate::metrics::first_token(provider, model, c.start.elapsed());
     }
     match reply {
-        Reply::Json(v) => {
-            if let Some(u) = v.get("usage").filter(|u| u.is_object()) {
-                crate::metrics::usage(provider, model, u);
-            }
-            Reply::Json(v)
-        }
+        // Its usage is counted where it is parsed (chat::plain).
+        Reply::Json(body) => Reply::Json(body),
         Reply::Events(events) => {
             let (provider, model) = (provider.to_string(), model.to_string());
             Reply::Events(Box::pin(events.inspect(move |ev| {

@@ -19,7 +19,7 @@ pub async fn embeddings(State(s): State<Shared>, body: Bytes) -> Result<Json<Val
     let route = route_for(&s, model)?;
     v["model"] = Value::String(route.model.clone());
     match s.upstream.post(&route.provider, "embeddings", &v).await? {
-        Reply::Json(v) => Ok(Json(v)),
+        Reply::Json(body) => Ok(Json(body.parse("JSON")?)),
         Reply::Events(_) => Err(UpstreamError::Protocol("embeddings answered with a stream".into()).into()),
     }
 }
