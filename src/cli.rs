@@ -101,7 +101,14 @@ pub async fn run(cli: Cli) -> Result<()> {
 /// Logs to stderr (JSON or text), plus the OpenTelemetry exporter when
 /// `[telemetry]` (or the OTEL_* environment) names a collector. Keep the
 /// guard until exit: dropping it flushes the queued spans.
-fn init_logs(json: bool, telemetry: &crate::telemetry::TelemetryConfig) -> Result<crate::telemetry::Guard> {
+/// Keeps logging alive: dropping it flushes the log writer and the span
+/// exporter (fields drop in order: spans first, then the lines).
+struct Logging {
+    _telemetry: crate::telemetry::Guard,
+    _lines: tracing_appender::non_blocking::WorkerGuard,
+}
+
+fn init_logs(json: bool, telemetry: &crate::telemetry::TelemetryConfig) -> Result<Logging> {
     use tracing_subscriber::Layer as _;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
@@ -109,13 +116,23 @@ fn init_logs(json: bool, telemetry: &crate::telemetry::TelemetryConfig) -> Resul
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colours only on a terminal: escape codes in a log file are noise, and cost.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(ansi);
+    // Lines are written by a log thread through a buffer that is flushed
+    // whenever the backlog is drained: one `write` per burst, not one per
+    // request line on a serving thread (bench/README.md, fourth run). When
+    // stderr cannot keep up and 8,192 lines are waiting, new lines are
+    // dropped rather than stalling requests. (The queue is allocated whole:
+    // the default 128k lines took 4 MiB of resident memory.)
+    let (writer, lines) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(8192)
+        .thread_name("modelshim-log")
+        .finish(std::io::BufWriter::with_capacity(64 * 1024, std::io::stderr()));
+    let fmt = tracing_subscriber::fmt::layer().with_writer(writer).with_ansi(ansi);
     let fmt = if json { fmt.json().with_filter(filter).boxed() } else { fmt.with_filter(filter).boxed() };
     // Spans are exported whatever RUST_LOG says about log lines.
     let (otel, guard) = crate::telemetry::layer(telemetry)?;
     let otel = otel.map(|l| l.with_filter(tracing_subscriber::filter::LevelFilter::INFO));
     tracing_subscriber::registry().with(fmt).with(otel).init();
-    Ok(guard)
+    Ok(Logging { _telemetry: guard, _lines: lines })
 }
 
 /// Loads the config and every profile.
@@ -175,15 +192,17 @@ async fn serve(
         tracing::info!(skills = set.len(), invalid = set.invalid(), dirs = %dirs.join(", "), "skills loaded");
     }
     let addr = listen.or(config.listen.clone()).unwrap_or_else(|| "127.0.0.1:8787".into());
-    let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("cannot listen on {addr}"))?;
-    let local = listener.local_addr()?;
+    let threads = config.threads.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let listeners =
+        crate::server::shutdown::bind(&addr, threads).with_context(|| format!("cannot listen on {addr}"))?;
+    let local = listeners.first().context("no listener")?.local_addr()?;
     if let Err(why) = crate::server::auth::check_bind(&local, state.edge.auth.enabled(), allow_open) {
         bail!(why);
     }
     let names: Vec<String> = state.providers.iter().map(|p| p.name.clone()).collect();
-    tracing::info!(providers = %names.join(","), auth = state.edge.auth.enabled(), state = state.store.kind(), "modelshim listening on http://{local}/v1");
+    tracing::info!(providers = %names.join(","), auth = state.edge.auth.enabled(), state = state.store.kind(), threads = listeners.len(), "modelshim listening on http://{local}/v1");
     let grace = std::time::Duration::from_secs_f64(config.limits.shutdown_grace_secs.max(0.0));
-    crate::server::shutdown::serve(listener, state, shutdown_signal(), grace).await?;
+    crate::server::shutdown::serve_threads(listeners, state, shutdown_signal(), grace).await?;
     Ok(())
 }
 

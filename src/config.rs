@@ -15,6 +15,10 @@ use crate::provider::ToolMode;
 pub struct Config {
     #[serde(default)]
     pub listen: Option<String>,
+    /// Serving threads, each with its own runtime, socket and upstream
+    /// connections (`serve`); default: one per CPU.
+    #[serde(default)]
+    pub threads: Option<usize>,
     /// Providers by name; the name is the model prefix (`deepseek/…`).
     #[serde(default)]
     pub providers: BTreeMap<String, ProviderConfig>,

@@ -10,7 +10,10 @@ static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
     no_huge_pages();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // Requests are served by the serving threads' own runtimes
+    // (server::shutdown::serve_threads); this one runs startup, signals and
+    // background tasks (MCP clients, Redis, the skills watcher, the demo).
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     runtime.block_on(modelshim::cli::run(modelshim::cli::Cli::parse()))
 }
 

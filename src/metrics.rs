@@ -144,7 +144,8 @@ pub fn request_done(provider: &str, model: &str, status: u16, elapsed: Duration)
         }
         None => {
             let (p, m) = (provider.to_string(), model.to_string());
-            counter!(REQUESTS, "provider" => p.clone(), "model" => m.clone(), "status" => status.to_string()).increment(1);
+            counter!(REQUESTS, "provider" => p.clone(), "model" => m.clone(), "status" => status.to_string())
+                .increment(1);
             histogram!(DURATION, "provider" => p, "model" => m).record(elapsed.as_secs_f64());
         }
     }
@@ -166,8 +167,10 @@ pub fn usage(provider: &str, model: &str, usage: &serde_json::Value) {
             match &s {
                 Some(s) if kind == "prompt" => s.prompt.increment(n),
                 Some(s) => s.completion.increment(n),
-                None => counter!(TOKENS, "provider" => provider.to_string(), "model" => model.to_string(), "kind" => kind)
-                    .increment(n),
+                None => {
+                    counter!(TOKENS, "provider" => provider.to_string(), "model" => model.to_string(), "kind" => kind)
+                        .increment(n)
+                }
             }
         }
     }

@@ -528,9 +528,12 @@ async fn slow_client_backpressures_the_upstream() {
 
 // ----------------------------------------------------- graceful shutdown
 
+/// Serves on one listener of the test's runtime (`threads: None`), or as the
+/// binary does: `threads` serving threads with runtimes of their own.
 async fn serve_with_shutdown(
     upstream: &str,
     grace: Duration,
+    threads: Option<usize>,
 ) -> (SocketAddr, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>) {
     let text = "name = \"test vendor\"\nbase_url = \"http://unused\"\n";
     let mut profiles = std::collections::BTreeMap::new();
@@ -545,20 +548,39 @@ async fn serve_with_shutdown(
         },
     );
     let state = modelshim::server::AppState::new(&config, &profiles).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let signal = async move {
         let _ = rx.await;
     };
-    let h = tokio::spawn(modelshim::server::shutdown::serve(listener, state, signal, grace));
-    (addr, tx, h)
+    use modelshim::server::shutdown;
+    match threads {
+        None => {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            (addr, tx, tokio::spawn(shutdown::serve(listener, state, signal, grace)))
+        }
+        Some(n) => {
+            let listeners = shutdown::bind("127.0.0.1:0", n).unwrap();
+            assert_eq!(listeners.len(), n);
+            let addr = listeners[0].local_addr().unwrap();
+            (addr, tx, tokio::spawn(shutdown::serve_threads(listeners, state, signal, grace)))
+        }
+    }
 }
 
 #[tokio::test]
 async fn graceful_shutdown_finishes_an_in_flight_stream() {
+    finishes_an_in_flight_stream(None).await;
+}
+
+#[tokio::test]
+async fn serving_threads_drain_like_one() {
+    finishes_an_in_flight_stream(Some(2)).await;
+}
+
+async fn finishes_an_in_flight_stream(threads: Option<usize>) {
     let (url, _) = scripted(vec![], Act::Stream { n: 10, gap: Duration::from_millis(100), size: 1 }).await;
-    let (addr, stop, server) = serve_with_shutdown(&url, Duration::from_secs(10)).await;
+    let (addr, stop, server) = serve_with_shutdown(&url, Duration::from_secs(10), threads).await;
     let http = reqwest::Client::new();
     let mut r = http.post(format!("http://{addr}/v1/chat/completions")).json(&stream_req()).send().await.unwrap();
     let mut text = String::from_utf8(r.chunk().await.unwrap().unwrap().to_vec()).unwrap();
@@ -577,10 +599,41 @@ async fn graceful_shutdown_finishes_an_in_flight_stream() {
     done.unwrap().unwrap();
 }
 
+/// Many connections over two serving threads (both sockets take some),
+/// every answer right; and a port already listened on is refused, not shared.
+#[tokio::test]
+async fn serving_threads_share_the_port() {
+    let (url, _) = scripted(vec![], Act::Stream { n: 3, gap: Duration::from_millis(1), size: 1 }).await;
+    let (addr, stop, server) = serve_with_shutdown(&url, Duration::from_secs(5), Some(2)).await;
+    let mut all = Vec::new();
+    for _ in 0..32 {
+        // A client per request: a new connection each, hashed over the sockets.
+        all.push(tokio::spawn(async move {
+            let r = reqwest::Client::new()
+                .post(format!("http://{addr}/v1/chat/completions"))
+                .json(&stream_req())
+                .send()
+                .await
+                .unwrap();
+            r.text().await.unwrap()
+        }));
+    }
+    for h in all {
+        let text = h.await.unwrap();
+        let events = parse_sse(&text);
+        assert_eq!(events.last(), Some(&json!("[DONE]")), "{text}");
+        assert_eq!(assemble(&events)["content"].as_str().unwrap().len(), 21, "{text}");
+    }
+    let taken = modelshim::server::shutdown::bind(&addr.to_string(), 2);
+    assert!(taken.is_err(), "a second server joined a port already in use");
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), server).await.expect("server stops").unwrap().unwrap();
+}
+
 #[tokio::test]
 async fn graceful_shutdown_cuts_streams_at_the_deadline() {
     let (url, _) = scripted(vec![], Act::Stream { n: 100, gap: Duration::from_millis(100), size: 1 }).await;
-    let (addr, stop, server) = serve_with_shutdown(&url, Duration::from_millis(400)).await;
+    let (addr, stop, server) = serve_with_shutdown(&url, Duration::from_millis(400), Some(2)).await;
     let http = reqwest::Client::new();
     let mut r = http.post(format!("http://{addr}/v1/chat/completions")).json(&stream_req()).send().await.unwrap();
     let t = Instant::now();

@@ -100,9 +100,10 @@ impl AppState {
         }))
     }
 
-    /// Marks the server as not ready (during shutdown).
-    pub fn set_ready(&self, ready: bool) {
-        self.ready.store(ready, Ordering::Relaxed);
+    /// Marks the server as (not) ready, e.g. during shutdown; returns
+    /// whether that changed it.
+    pub fn set_ready(&self, ready: bool) -> bool {
+        self.ready.swap(ready, Ordering::Relaxed) != ready
     }
 }
 

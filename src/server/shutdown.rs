@@ -1,10 +1,17 @@
-//! Serving with a graceful shutdown: when the signal comes, `/readyz` turns
-//! 503, the listener stops accepting, and in-flight requests and streams
-//! run to their end for up to the grace period. Streams still open then are
-//! ended with an in-band error event (see [`super::edge`]), and the server
-//! returns shortly after whatever is left.
+//! Serving: the listening sockets, the serving threads, and the graceful
+//! shutdown. When the signal comes, `/readyz` turns 503, the listeners stop
+//! accepting, and in-flight requests and streams run to their end for up to
+//! the grace period. Streams still open then are ended with an in-band error
+//! event (see [`super::edge`]), and the server returns shortly after
+//! whatever is left.
+//!
+//! The binary serves thread-per-core ([`serve_threads`]): each serving
+//! thread runs its own single-threaded runtime with its own listening socket
+//! and its own upstream connection pool, so a request is accepted, proxied
+//! and answered on one thread, with no cross-thread wake-up on its path.
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -35,16 +42,30 @@ pub async fn serve(
     signal: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> std::io::Result<()> {
+    let r = drain(listener, state, signal, grace).await;
+    tracing::info!("server stopped; bye");
+    r
+}
+
+/// [`serve`] without the last word (serving threads share one).
+async fn drain(
+    listener: TcpListener,
+    state: Shared,
+    signal: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+) -> std::io::Result<()> {
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let st = state.clone();
     let server = axum::serve(nodelay(listener), app(state.clone())).with_graceful_shutdown(async move {
         signal.await;
-        st.set_ready(false);
-        tracing::info!(
-            in_flight = st.edge.tracker.len(),
-            grace_secs = grace.as_secs_f64(),
-            "shutting down: no new connections, finishing in-flight requests"
-        );
+        // Every serving thread gets the signal; the first one says so.
+        if st.set_ready(false) {
+            tracing::info!(
+                in_flight = st.edge.tracker.len(),
+                grace_secs = grace.as_secs_f64(),
+                "shutting down: no new connections, finishing in-flight requests"
+            );
+        }
         let _ = tx.send(());
     });
     let mut server = std::pin::pin!(server.into_future());
@@ -54,7 +75,6 @@ pub async fn serve(
     }
     state.edge.tracker.close();
     if let Ok(r) = tokio::time::timeout(grace, &mut server).await {
-        tracing::info!("all requests finished; bye");
         return r;
     }
     tracing::warn!(open = state.edge.tracker.len(), "grace period over: ending open streams");
@@ -66,4 +86,117 @@ pub async fn serve(
             Ok(())
         }
     }
+}
+
+/// Binds `addr` for `threads` serving threads. On Linux each thread gets a
+/// socket of its own on the port (`SO_REUSEPORT`): the kernel spreads the
+/// connections over them and no thread is woken for another's. Elsewhere
+/// the threads share one socket.
+pub fn bind(addr: &str, threads: usize) -> std::io::Result<Vec<std::net::TcpListener>> {
+    use std::net::ToSocketAddrs as _;
+    let mut last = std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address");
+    for a in addr.to_socket_addrs()? {
+        match bind_group(a, threads.max(1)) {
+            Ok(group) => return Ok(group),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+fn bind_group(addr: SocketAddr, threads: usize) -> std::io::Result<Vec<std::net::TcpListener>> {
+    #[cfg(target_os = "linux")]
+    {
+        // A port shared with SO_REUSEPORT also admits another process of the
+        // same user: refuse a port someone already listens on, as a plain
+        // bind would, instead of silently splitting its traffic.
+        if addr.port() != 0 {
+            drop(socket(addr, false)?);
+        }
+        let first = socket(addr, true)?;
+        let actual = first.local_addr()?;
+        let mut group = vec![first];
+        for _ in 1..threads {
+            group.push(socket(actual, true)?);
+        }
+        Ok(group)
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let first = socket(addr, false)?;
+        let mut group = Vec::with_capacity(threads);
+        for _ in 1..threads {
+            group.push(first.try_clone()?);
+        }
+        group.push(first);
+        Ok(group)
+    }
+}
+
+fn socket(addr: SocketAddr, reuse_port: bool) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    // As tokio's own bind: a restart does not wait for TIME_WAIT sockets.
+    #[cfg(unix)]
+    s.set_reuse_address(true)?;
+    #[cfg(target_os = "linux")]
+    s.set_reuse_port(reuse_port)?;
+    #[cfg(not(target_os = "linux"))]
+    let _ = reuse_port;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.listen(1024)?;
+    Ok(s.into())
+}
+
+/// Serves `state` with one thread per listener (see [`bind`]), each with a
+/// single-threaded runtime, until `signal` completes; then every thread
+/// drains as [`serve`] does. Returns when all of them have finished.
+pub async fn serve_threads(
+    listeners: Vec<std::net::TcpListener>,
+    state: Shared,
+    signal: impl Future<Output = ()> + Send + 'static,
+    grace: Duration,
+) -> std::io::Result<()> {
+    let stop = tokio_util::sync::CancellationToken::new();
+    let mut done = Vec::with_capacity(listeners.len());
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let (state, stop) = (state.clone(), stop.clone());
+        std::thread::Builder::new().name(format!("modelshim-serve-{i}")).spawn(move || {
+            let _ = tx.send(serve_thread(listener, state, stop, grace));
+        })?;
+        done.push(rx);
+    }
+    let watch = stop.clone();
+    tokio::spawn(async move {
+        signal.await;
+        watch.cancel();
+    });
+    let mut result = Ok(());
+    for rx in done {
+        let r = rx.await.unwrap_or_else(|_| Err(std::io::Error::other("a serving thread panicked")));
+        if r.is_err() {
+            // One thread failing ends the others: a half-served port is worse
+            // than a clean exit the supervisor restarts.
+            stop.cancel();
+            result = result.and(r);
+        }
+    }
+    tracing::info!("server stopped; bye");
+    result
+}
+
+fn serve_thread(
+    listener: std::net::TcpListener,
+    state: Shared,
+    stop: tokio_util::sync::CancellationToken,
+    grace: Duration,
+) -> std::io::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    crate::provider::upstream::use_thread_clients();
+    rt.block_on(async move {
+        let listener = TcpListener::from_std(listener)?;
+        drain(listener, state, stop.cancelled_owned(), grace).await
+    })
 }
