@@ -122,15 +122,40 @@ struct Formats {
 }
 
 impl Formats {
-    fn named(names: &[String], prompt: &str, provider: &str) -> Result<Self, ConfigError> {
+    fn named(names: &[String], prompt: &str, provider: &str, sets: &mut FormatSets) -> Result<Self, ConfigError> {
         let mut with: Vec<String> = names.to_vec();
         with.push(prompt.to_string());
-        Ok(Formats { plain: Arc::new(named(names, provider)?), with_prompt: Arc::new(named(&with, provider)?) })
+        Ok(Formats { plain: sets.named(names, provider)?, with_prompt: sets.named(&with, provider)? })
     }
 
-    fn all() -> Self {
-        let all = Arc::new(FormatSet::all());
+    fn all(sets: &mut FormatSets) -> Self {
+        let all = sets.get(vec!["*".into()], FormatSet::all);
         Formats { plain: all.clone(), with_prompt: all }
+    }
+}
+
+/// The format sets built while resolving, by their sorted format names: the
+/// providers share equal sets. Each set's Aho-Corasick automaton takes
+/// hundreds of KiB, and with one set per provider they were most of the
+/// idle process's memory (every bundled profile is a provider by default).
+#[derive(Default)]
+struct FormatSets(std::collections::HashMap<Vec<String>, Arc<FormatSet>>);
+
+impl FormatSets {
+    fn get(&mut self, key: Vec<String>, build: impl FnOnce() -> FormatSet) -> Arc<FormatSet> {
+        self.0.entry(key).or_insert_with(|| Arc::new(build())).clone()
+    }
+
+    fn named(&mut self, names: &[String], provider: &str) -> Result<Arc<FormatSet>, ConfigError> {
+        let mut key = names.to_vec();
+        key.sort();
+        key.dedup();
+        if let Some(set) = self.0.get(&key) {
+            return Ok(set.clone());
+        }
+        let set = Arc::new(named(names, provider)?);
+        self.0.insert(key, set.clone());
+        Ok(set)
     }
 }
 
@@ -162,6 +187,7 @@ impl Providers {
             }
         }
         let mut by_name = BTreeMap::new();
+        let mut sets = FormatSets::default();
         for (name, pc) in &tables {
             if name.contains('/') || name.is_empty() {
                 return Err(ConfigError::Invalid(format!(
@@ -180,7 +206,7 @@ impl Providers {
             let prompt_fmt = profile.tools.prompt_format.recovery_format();
             let mut formats = Vec::new();
             let all_formats = match &pc.formats {
-                Some(names) => Formats::named(names, prompt_fmt, name)?,
+                Some(names) => Formats::named(names, prompt_fmt, name, &mut sets)?,
                 None => {
                     // The most specific (longest) glob wins, whatever the key order.
                     let mut globs: Vec<_> = profile.tools.formats.iter().collect();
@@ -188,9 +214,9 @@ impl Providers {
                     for (glob, names) in globs {
                         let g = globset::Glob::new(&glob.to_ascii_lowercase())
                             .map_err(|e| ConfigError::Invalid(format!("provider {name}: model glob {glob:?}: {e}")))?;
-                        formats.push((g.compile_matcher(), Formats::named(names, prompt_fmt, name)?));
+                        formats.push((g.compile_matcher(), Formats::named(names, prompt_fmt, name, &mut sets)?));
                     }
-                    Formats::all()
+                    Formats::all(&mut sets)
                 }
             };
             let mut prompt_models = Vec::new();
@@ -222,7 +248,7 @@ impl Providers {
                 formats,
                 all_formats,
                 prompt_models,
-                no_formats: Arc::new(FormatSet::none()),
+                no_formats: sets.get(Vec::new(), FormatSet::none),
                 profile,
             };
             by_name.insert(name.clone(), Arc::new(provider));
