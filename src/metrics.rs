@@ -102,76 +102,64 @@ struct Series {
     completion: Counter,
 }
 
+impl Series {
+    fn new(provider: &str, model: &str) -> Self {
+        let (p, m) = (provider.to_string(), model.to_string());
+        Series {
+            ok: counter!(REQUESTS, "provider" => p.clone(), "model" => m.clone(), "status" => "200"),
+            duration: histogram!(DURATION, "provider" => p.clone(), "model" => m.clone()),
+            ttft: histogram!(TTFT, "provider" => p.clone(), "model" => m.clone()),
+            prompt: counter!(TOKENS, "provider" => p.clone(), "model" => m.clone(), "kind" => "prompt"),
+            completion: counter!(TOKENS, "provider" => p, "model" => m, "kind" => "completion"),
+        }
+    }
+}
+
 /// Model names come from clients: past this many (provider, model) pairs
-/// the handles are no longer cached, so a flood of names cannot grow it.
+/// the handles are built per call and not kept, so a flood of names cannot
+/// grow the cache.
 const MAX_SERIES: usize = 4096;
 
 type SeriesMap = HashMap<Box<str>, HashMap<Box<str>, Arc<Series>>>;
 static SERIES: LazyLock<RwLock<SeriesMap>> = LazyLock::new(Default::default);
 
-fn series(provider: &str, model: &str) -> Option<Arc<Series>> {
+fn series(provider: &str, model: &str) -> Arc<Series> {
     if let Ok(map) = SERIES.read()
         && let Some(s) = map.get(provider).and_then(|m| m.get(model))
     {
-        return Some(s.clone());
+        return s.clone();
     }
-    let mut map = SERIES.write().ok()?;
-    if map.values().map(HashMap::len).sum::<usize>() >= MAX_SERIES {
-        return None;
+    let s = Arc::new(Series::new(provider, model));
+    if let Ok(mut map) = SERIES.write()
+        && map.values().map(HashMap::len).sum::<usize>() < MAX_SERIES
+    {
+        map.entry(provider.into()).or_default().insert(model.into(), s.clone());
     }
-    let (p, m) = (provider.to_string(), model.to_string());
-    let s = Arc::new(Series {
-        ok: counter!(REQUESTS, "provider" => p.clone(), "model" => m.clone(), "status" => "200"),
-        duration: histogram!(DURATION, "provider" => p.clone(), "model" => m.clone()),
-        ttft: histogram!(TTFT, "provider" => p.clone(), "model" => m.clone()),
-        prompt: counter!(TOKENS, "provider" => p.clone(), "model" => m.clone(), "kind" => "prompt"),
-        completion: counter!(TOKENS, "provider" => p, "model" => m, "kind" => "completion"),
-    });
-    map.entry(provider.into()).or_default().insert(model.into(), s.clone());
-    Some(s)
+    s
 }
 
 /// One finished request.
 pub fn request_done(provider: &str, model: &str, status: u16, elapsed: Duration) {
-    match series(provider, model) {
-        Some(s) => {
-            if status == 200 {
-                s.ok.increment(1);
-            } else {
-                counter!(REQUESTS, "provider" => provider.to_string(), "model" => model.to_string(), "status" => status.to_string()).increment(1);
-            }
-            s.duration.record(elapsed.as_secs_f64());
-        }
-        None => {
-            let (p, m) = (provider.to_string(), model.to_string());
-            counter!(REQUESTS, "provider" => p.clone(), "model" => m.clone(), "status" => status.to_string())
-                .increment(1);
-            histogram!(DURATION, "provider" => p, "model" => m).record(elapsed.as_secs_f64());
-        }
+    let s = series(provider, model);
+    if status == 200 {
+        s.ok.increment(1);
+    } else {
+        counter!(REQUESTS, "provider" => provider.to_string(), "model" => model.to_string(), "status" => status.to_string())
+            .increment(1);
     }
+    s.duration.record(elapsed.as_secs_f64());
 }
 
 pub fn first_token(provider: &str, model: &str, elapsed: Duration) {
-    match series(provider, model) {
-        Some(s) => s.ttft.record(elapsed.as_secs_f64()),
-        None => histogram!(TTFT, "provider" => provider.to_string(), "model" => model.to_string())
-            .record(elapsed.as_secs_f64()),
-    }
+    series(provider, model).ttft.record(elapsed.as_secs_f64());
 }
 
 /// Token counts from an upstream `usage` object.
 pub fn usage(provider: &str, model: &str, usage: &serde_json::Value) {
     let s = series(provider, model);
-    for (field, kind) in [("prompt_tokens", "prompt"), ("completion_tokens", "completion")] {
+    for (field, counter) in [("prompt_tokens", &s.prompt), ("completion_tokens", &s.completion)] {
         if let Some(n) = usage.get(field).and_then(serde_json::Value::as_u64) {
-            match &s {
-                Some(s) if kind == "prompt" => s.prompt.increment(n),
-                Some(s) => s.completion.increment(n),
-                None => {
-                    counter!(TOKENS, "provider" => provider.to_string(), "model" => model.to_string(), "kind" => kind)
-                        .increment(n)
-                }
-            }
+            counter.increment(n);
         }
     }
 }

@@ -128,9 +128,10 @@ impl Formats {
         Ok(Formats { plain: sets.named(names, provider)?, with_prompt: sets.named(&with, provider)? })
     }
 
-    fn all(sets: &mut FormatSets) -> Self {
-        let all = sets.get(vec!["*".into()], FormatSet::all);
-        Formats { plain: all.clone(), with_prompt: all }
+    fn all(sets: &mut FormatSets) -> Result<Self, ConfigError> {
+        // "*" names no format: the key cannot collide with a named set.
+        let all = sets.get(&["*".into()], || Ok(FormatSet::all()))?;
+        Ok(Formats { plain: all.clone(), with_prompt: all })
     }
 }
 
@@ -142,20 +143,25 @@ impl Formats {
 struct FormatSets(std::collections::HashMap<Vec<String>, Arc<FormatSet>>);
 
 impl FormatSets {
-    fn get(&mut self, key: Vec<String>, build: impl FnOnce() -> FormatSet) -> Arc<FormatSet> {
-        self.0.entry(key).or_insert_with(|| Arc::new(build())).clone()
-    }
-
-    fn named(&mut self, names: &[String], provider: &str) -> Result<Arc<FormatSet>, ConfigError> {
+    /// The set of `names` (any order), built on first use.
+    fn get(
+        &mut self,
+        names: &[String],
+        build: impl FnOnce() -> Result<FormatSet, ConfigError>,
+    ) -> Result<Arc<FormatSet>, ConfigError> {
         let mut key = names.to_vec();
         key.sort();
         key.dedup();
         if let Some(set) = self.0.get(&key) {
             return Ok(set.clone());
         }
-        let set = Arc::new(named(names, provider)?);
+        let set = Arc::new(build()?);
         self.0.insert(key, set.clone());
         Ok(set)
+    }
+
+    fn named(&mut self, names: &[String], provider: &str) -> Result<Arc<FormatSet>, ConfigError> {
+        self.get(names, || named(names, provider))
     }
 }
 
@@ -216,7 +222,7 @@ impl Providers {
                             .map_err(|e| ConfigError::Invalid(format!("provider {name}: model glob {glob:?}: {e}")))?;
                         formats.push((g.compile_matcher(), Formats::named(names, prompt_fmt, name, &mut sets)?));
                     }
-                    Formats::all(&mut sets)
+                    Formats::all(&mut sets)?
                 }
             };
             let mut prompt_models = Vec::new();
@@ -248,7 +254,7 @@ impl Providers {
                 formats,
                 all_formats,
                 prompt_models,
-                no_formats: sets.get(Vec::new(), FormatSet::none),
+                no_formats: sets.get(&[], || Ok(FormatSet::none()))?,
                 profile,
             };
             by_name.insert(name.clone(), Arc::new(provider));

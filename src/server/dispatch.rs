@@ -47,14 +47,14 @@ pub async fn send(s: &Shared, req: &ChatRequest) -> Result<(Route, Plan, Reply),
     Err(ApiError::ModelNotFound(req.model.clone()))
 }
 
-/// Records time to first token now, and token usage when it goes by.
+/// Records time to first token now, and a stream's token usage when it goes by.
 fn measured(reply: Reply, ctx: Option<Arc<RequestCtx>>, provider: &str, model: &str) -> Reply {
     if let Some(c) = &ctx {
         crate::metrics::first_token(provider, model, c.start.elapsed());
     }
     match reply {
-        // Its usage is counted where it is parsed (chat::plain).
-        Reply::Json(body) => Reply::Json(body),
+        // A whole answer's usage is counted where it is parsed (chat::plain).
+        json @ Reply::Json(_) => json,
         Reply::Events(events) => {
             let (provider, model) = (provider.to_string(), model.to_string());
             Reply::Events(Box::pin(events.inspect(move |ev| {
