@@ -82,8 +82,78 @@ fn client_view(chunks: &[Value]) -> Value {
     streamed
 }
 
+/// The chunks the client is sent, as JSON; with `fast`, every payload the
+/// normalizer forwards ([`Normalizer::forward`]) goes out as it came.
+fn wire(chunks: &[Value], fast: bool, settings: Settings) -> (Vec<Value>, usize) {
+    let mut norm = Normalizer::new(settings);
+    let (mut out, mut sent, mut forwarded) = (Vec::new(), Vec::new(), 0);
+    for c in chunks {
+        let mut payload = c.to_string();
+        if fast {
+            match norm.forward(payload) {
+                Ok(wire) => {
+                    sent.push(serde_json::from_str(&wire).unwrap());
+                    forwarded += 1;
+                    continue;
+                }
+                Err(back) => payload = back,
+            }
+        }
+        norm.push(serde_json::from_str::<Chunk>(&payload).unwrap(), &mut out);
+        sent.extend(out.drain(..).map(|c| serde_json::to_value(c).unwrap()));
+    }
+    norm.finish(&mut out);
+    sent.extend(out.drain(..).map(|c| serde_json::to_value(c).unwrap()));
+    for c in &mut sent {
+        for tc in c["choices"][0]["delta"]["tool_calls"].as_array_mut().into_iter().flatten() {
+            if tc["id"].as_str().is_some_and(|i| i.starts_with("call_")) {
+                tc["id"] = json!("<generated>");
+            }
+        }
+    }
+    (sent, forwarded)
+}
+
+/// Upstream chunks of other shapes around the text: extra fields, a second
+/// id, a role repeated, reasoning fields, usage.
+fn odd_chunks(text: &[&str]) -> Vec<Value> {
+    let mut v = Vec::new();
+    for (i, t) in text.iter().enumerate() {
+        let mut c = chunk(json!({"content": t}), None);
+        match i % 7 {
+            1 => c["system_fingerprint"] = json!("fp_1"),
+            2 => c["choices"][0]["logprobs"] = Value::Null,
+            3 if i > 20 => c["id"] = json!("other"),
+            4 => c["choices"][0]["delta"]["reasoning_content"] = Value::Null,
+            5 => c["choices"][0]["delta"]["role"] = json!("assistant"),
+            6 => c["usage"] = Value::Null,
+            _ => {}
+        }
+        v.push(c);
+    }
+    v.push(chunk(json!({}), Some("stop")));
+    v
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// The fast path sends exactly the chunks the full path would, however
+    /// the text is cut, with tool recovery on and off.
+    #[test]
+    fn forwarding_changes_no_chunk(text_cuts in prop::collection::vec(any::<prop::sample::Index>(), 0..60)) {
+        let prose = "Plain prose, the common case: tokens like these, \"quoted\", 東京 and é. Then <b>tags</b> [x] {y}\n\nAnd a <thi";
+        for text in [TEXT, prose] {
+            for tools in [true, false] {
+                let settings = || if tools { settings() } else { Settings { formats: Arc::new(FormatSet::none()), tools: Arc::default(), ..settings() } };
+                for chunks in [upstream(&pieces(text, &text_cuts), &[NATIVE_ARGS]), odd_chunks(&pieces(text, &text_cuts))] {
+                    let (slow, _) = wire(&chunks, false, settings());
+                    let (fast, _) = wire(&chunks, true, settings());
+                    prop_assert_eq!(fast, slow);
+                }
+            }
+        }
+    }
 
     #[test]
     fn any_delta_split_gives_the_same_answer(
@@ -94,6 +164,27 @@ proptest! {
         let split = client_view(&upstream(&pieces(TEXT, &text_cuts), &pieces(NATIVE_ARGS, &arg_cuts)));
         prop_assert_eq!(split, whole);
     }
+}
+
+#[test]
+fn plain_content_deltas_are_forwarded() {
+    let words: Vec<String> = (0..40).map(|i| format!(" word{i}")).collect();
+    let chunks: Vec<Value> = words.iter().map(|w| chunk(json!({"content": w}), None)).collect();
+    let no_tools = Settings { formats: Arc::new(FormatSet::none()), tools: Arc::default(), ..settings() };
+    let (_, forwarded) = wire(&chunks, true, no_tools);
+    // All but the first (which opens the response and gets its role).
+    assert_eq!(forwarded, 39);
+    // Words that end in a space (the space is held until the next word shows
+    // no call follows) are forwarded too, the space moved to the next chunk.
+    let trailing: Vec<Value> = (0..40).map(|i| chunk(json!({"content": format!("word{i} ")}), None)).collect();
+    let no_tools = Settings { formats: Arc::new(FormatSet::none()), tools: Arc::default(), ..settings() };
+    let (sent, forwarded) = wire(&trailing, true, no_tools);
+    assert_eq!(forwarded, 39);
+    assert_eq!(sent[1]["choices"][0]["delta"]["content"], " word1");
+    // With every format on, the start of the output may open a marker-less
+    // call (a bare name), so the first words wait; the rest are forwarded.
+    let (_, forwarded) = wire(&chunks, true, settings());
+    assert!(forwarded >= 35, "{forwarded}");
 }
 
 #[test]

@@ -95,6 +95,21 @@ fn run(set: &Arc<FormatSet>, tools: &Arc<ToolIndex>, chunks: &[&str]) -> Extract
     Extraction::from_events(out)
 }
 
+/// Like [`run`], but every piece the extractor lets pass
+/// ([`Extractor::pass`], the stream fast path) is taken as it says.
+fn run_passing(set: &Arc<FormatSet>, tools: &Arc<ToolIndex>, chunks: &[&str], reshape: bool) -> Extraction {
+    let mut ex = Extractor::new(set.clone(), tools.clone());
+    let mut out: Vec<Event> = Vec::new();
+    for ch in chunks {
+        match ex.pass(ch, reshape) {
+            Some(p) => out.push(Event::Text(format!("{}{}", p.lead, &ch[..p.keep]))),
+            None => ex.feed(ch, &mut out),
+        }
+    }
+    ex.finish(&mut out);
+    Extraction::from_events(out)
+}
+
 /// Splits think blocks out of an expected content string, as the extractor
 /// routes them to reasoning.
 fn split_reasoning(s: &str) -> (String, String) {
@@ -227,7 +242,10 @@ proptest! {
             pieces.push(&c.text[last..p]);
             last = p;
         }
-        prop_assert_eq!(run(&set, &t, &pieces), whole, "{}", c.origin);
+        prop_assert_eq!(run(&set, &t, &pieces), whole.clone(), "{}", c.origin);
+        // The stream fast path changes nothing either.
+        prop_assert_eq!(run_passing(&set, &t, &pieces, false), whole.clone(), "{} (pass)", c.origin);
+        prop_assert_eq!(run_passing(&set, &t, &pieces, true), whole, "{} (pass, reshaped)", c.origin);
     }
 }
 

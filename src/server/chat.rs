@@ -42,16 +42,18 @@ pub async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Byte
         return crate::agent::run(s, tools, route, req, &headers).await;
     }
     let client_stream = req.is_stream();
-    let chunks = plain(&s, req).await?;
-    if client_stream {
-        Ok(sse(chunks))
-    } else {
-        let mut all = Vec::new();
-        let mut chunks = chunks;
-        while let Some(c) = chunks.next().await {
-            all.push(c?);
+    match start(&s, req).await? {
+        Started::Whole(chunks) if client_stream => Ok(sse(futures_util::stream::iter(chunks.into_iter().map(Ok)))),
+        Started::Whole(chunks) => Ok(Json(assemble(chunks)).into_response()),
+        Started::Stream { events, first, norm } if client_stream => Ok(sse(outs(events, first, norm, s))),
+        Started::Stream { events, first, norm } => {
+            let mut all = Vec::new();
+            let mut chunks = std::pin::pin!(normalized(events, first, norm, s));
+            while let Some(c) = chunks.next().await {
+                all.push(c?);
+            }
+            Ok(Json(assemble(all)).into_response())
         }
-        Ok(Json(assemble(all)).into_response())
     }
 }
 
@@ -70,12 +72,22 @@ pub(crate) async fn answer(
             let route = route_for(s, &req.model)?;
             crate::agent::chunks(s.clone(), tools, route, req).await
         }
-        None => plain(s, req).await,
+        None => Ok(match start(s, req).await? {
+            Started::Whole(chunks) => futures_util::stream::iter(chunks.into_iter().map(Ok)).boxed(),
+            Started::Stream { events, first, norm } => normalized(events, first, norm, s.clone()).boxed(),
+        }),
     }
 }
 
-/// The plain path (no server-side tools): dispatch, then normalize.
-async fn plain(s: &Shared, req: ChatRequest) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, ApiError> {
+/// The plain path (no server-side tools) up to the answer: dispatched, and
+/// the answer in hand (a whole one normalized, a stream's first chunk read).
+#[allow(clippy::large_enum_variant)] // made and moved once per request
+enum Started {
+    Whole(Vec<Chunk>),
+    Stream { events: Events, first: Option<Chunk>, norm: Normalizer },
+}
+
+async fn start(s: &Shared, req: ChatRequest) -> Result<Started, ApiError> {
     let client_stream = req.is_stream();
     let client_tools = req.tools.clone().unwrap_or_default();
     let declares_tools = req.declares_tools();
@@ -107,7 +119,7 @@ async fn plain(s: &Shared, req: ChatRequest) -> Result<BoxStream<'static, Result
             norm.push(completion_to_chunk(completion), &mut chunks);
             norm.finish(&mut chunks);
             crate::reasoning::remember(s.store.as_ref(), s.state_ttl, &norm.captures()).await;
-            Ok(futures_util::stream::iter(chunks.into_iter().map(Ok)).boxed())
+            Ok(Started::Whole(chunks))
         }
         Reply::Events(mut events) => {
             // Wait for the first event so an upstream that fails at once
@@ -116,11 +128,11 @@ async fn plain(s: &Shared, req: ChatRequest) -> Result<BoxStream<'static, Result
             if let Some(Err(e)) = first {
                 return Err(e.into());
             }
-            let first_chunk = match first {
+            let first = match first {
                 Some(Ok(data)) => Some(parse_chunk(&data)?),
                 _ => None,
             };
-            Ok(normalized(events, first_chunk, norm, s.clone()).boxed())
+            Ok(Started::Stream { events, first, norm })
         }
     }
 }
@@ -208,29 +220,53 @@ fn parse_chunk(data: &str) -> Result<Chunk, UpstreamError> {
     }
 }
 
-/// Normalized chunks of an upstream stream. The upstream is read only as
+/// What the normalizer made of one upstream event.
+#[allow(clippy::large_enum_variant)] // a box per chunk would cost more than the move
+pub(crate) enum Out {
+    Chunk(Chunk),
+    /// A payload sent on as it came, or with its text's whitespace moved
+    /// (see [`Normalizer::forward`]): a normalized chunk already, written
+    /// out without a parse or a serialization.
+    Same(String),
+}
+
+/// An upstream stream through the normalizer. The upstream is read only as
 /// fast as the client takes chunks (backpressure), and dropping the stream
 /// (client gone) drops the upstream connection.
-pub(crate) fn normalized(
+fn outs(
     mut events: Events,
     first: Option<Chunk>,
     mut norm: Normalizer,
     s: Shared,
-) -> impl Stream<Item = Result<Chunk, UpstreamError>> + Send {
+) -> impl Stream<Item = Result<Out, UpstreamError>> + Send {
     async_stream::stream! {
         let mut out = Vec::new();
         if let Some(c) = first {
             norm.push(c, &mut out);
             for c in out.drain(..) {
-                yield Ok(c);
+                yield Ok(Out::Chunk(c));
             }
         }
         while let Some(ev) = events.next().await {
-            match ev.and_then(|d| parse_chunk(&d)) {
+            let data = match ev {
+                Ok(data) => data,
+                Err(e) => {
+                    yield Err(e);
+                    return;
+                }
+            };
+            let data = match norm.forward(data) {
+                Ok(wire) => {
+                    yield Ok(Out::Same(wire));
+                    continue;
+                }
+                Err(data) => data,
+            };
+            match parse_chunk(&data) {
                 Ok(c) => {
                     norm.push(c, &mut out);
                     for c in out.drain(..) {
-                        yield Ok(c);
+                        yield Ok(Out::Chunk(c));
                     }
                 }
                 Err(e) => {
@@ -244,9 +280,23 @@ pub(crate) fn normalized(
         // next turn the moment it sees them finds the reasoning stored.
         crate::reasoning::remember(s.store.as_ref(), s.state_ttl, &norm.captures()).await;
         for c in out.drain(..) {
-            yield Ok(c);
+            yield Ok(Out::Chunk(c));
         }
     }
+}
+
+/// Normalized chunks of an upstream stream (see [`outs`]).
+pub(crate) fn normalized(
+    events: Events,
+    first: Option<Chunk>,
+    norm: Normalizer,
+    s: Shared,
+) -> impl Stream<Item = Result<Chunk, UpstreamError>> + Send {
+    outs(events, first, norm, s).map(|o| match o? {
+        Out::Chunk(c) => Ok(c),
+        // Forwarded, so the payload is its own normalized chunk.
+        Out::Same(data) => parse_chunk(&data),
+    })
 }
 
 fn assemble(chunks: Vec<Chunk>) -> Value {
@@ -258,18 +308,23 @@ fn assemble(chunks: Vec<Chunk>) -> Value {
 }
 
 /// SSE out (see [`super::sse`]).
-fn sse(chunks: BoxStream<'static, Result<Chunk, UpstreamError>>) -> Response {
+fn sse<C: Into<Out> + Send + 'static>(
+    chunks: impl Stream<Item = Result<C, UpstreamError>> + Send + 'static,
+) -> Response {
     let events = async_stream::stream! {
-        let mut chunks = chunks;
+        let mut chunks = std::pin::pin!(chunks);
         while let Some(c) = chunks.next().await {
-            match c.as_ref().map(super::sse::chunk) {
-                Ok(Ok(ev)) => yield ev,
-                Ok(Err(ev)) => {
-                    yield ev;
-                    return;
-                }
+            match c.map(Into::into) {
+                Ok(Out::Same(data)) => yield super::sse::Event::data(&data),
+                Ok(Out::Chunk(c)) => match super::sse::chunk(&c) {
+                    Ok(ev) => yield ev,
+                    Err(ev) => {
+                        yield ev;
+                        return;
+                    }
+                },
                 Err(e) => {
-                    yield super::sse::upstream_error(e);
+                    yield super::sse::upstream_error(&e);
                     return;
                 }
             }
@@ -277,4 +332,10 @@ fn sse(chunks: BoxStream<'static, Result<Chunk, UpstreamError>>) -> Response {
         yield super::sse::done();
     };
     super::sse::response(events)
+}
+
+impl From<Chunk> for Out {
+    fn from(c: Chunk) -> Self {
+        Out::Chunk(c)
+    }
 }

@@ -1,9 +1,11 @@
 //! Response normalization, streamed and not, with one code path: a
 //! non-streamed answer is turned into one chunk, normalized like any stream,
 //! then assembled back ([`aggregate`]). That is what makes both outcomes
-//! identical.
+//! identical. A streamed chunk the normalizer would not change is forwarded
+//! as it came ([`Normalizer::forward`], read by [`forward`]).
 
 pub mod aggregate;
+mod forward;
 pub mod normalize;
 
 pub use aggregate::{Assembler, completion_to_chunk};

@@ -146,6 +146,53 @@ impl Normalizer {
         }
     }
 
+    /// The fast path for a streamed upstream chunk (a `data` payload):
+    /// `Ok` with what to send when normalizing the chunk would change at most
+    /// its text's whitespace — the payload as it came, or with the content
+    /// string replaced in place — neither parsed into a [`Chunk`] nor
+    /// serialized again. The normalizer has then taken the chunk as
+    /// [`push`](Self::push) would. That is a plain content delta of this
+    /// response's one open choice, with this response's id, `created` and
+    /// model, whose text the extractor lets pass
+    /// ([`Extractor::pass`](crate::toolcall::Extractor::pass)). `Err` gives
+    /// the payload back, nothing changed: push it.
+    pub fn forward(&mut self, payload: String) -> Result<String, String> {
+        match self.forward_as(&payload) {
+            Some(Some(reshaped)) => Ok(reshaped),
+            Some(None) => Ok(payload),
+            None => Err(payload),
+        }
+    }
+
+    /// `Some(None)`: send the payload as it is; `Some(Some(_))`: this instead.
+    fn forward_as(&mut self, payload: &str) -> Option<Option<String>> {
+        let [st] = self.choices.as_mut_slice() else { return None };
+        if st.done || !st.role_sent {
+            return None;
+        }
+        let p = super::forward::Plain::read(payload)?;
+        let same = p.index() == st.index
+            && p.id == self.meta.id
+            && p.model == self.meta.model
+            && p.created == self.meta.created
+            && p.object == "chat.completion.chunk";
+        if !same {
+            return None;
+        }
+        let text = p.content();
+        let at = p.content_at(payload);
+        let passed = st.extractor.pass(text, at.is_some())?;
+        let body = &text[..passed.keep];
+        st.content.push_str(&passed.lead);
+        st.content.push_str(body);
+        if passed.lead.is_empty() && passed.keep == text.len() {
+            return Some(None);
+        }
+        // `pass` reshapes only when asked, and it was asked only with `at`.
+        let at = at?;
+        Some(Some(super::forward::splice(payload, at, text.len(), &passed.lead, body)))
+    }
+
     fn push_choice(&mut self, choice: ChunkChoice, extra: &Map<String, Value>, out: &mut Vec<Chunk>) {
         let ci = self.state(choice.index);
         if self.choices[ci].done {

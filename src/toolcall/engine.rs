@@ -226,6 +226,15 @@ enum State {
     Region { cands: Vec<Cand>, marker_len: usize },
 }
 
+/// What [`Extractor::pass`] emitted: `lead`, then the first `keep` bytes of
+/// the text.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Passed {
+    /// Whitespace held back from earlier pieces, released now.
+    pub lead: String,
+    pub keep: usize,
+}
+
 /// Options that change how the output starts.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Options {
@@ -288,6 +297,40 @@ impl Extractor {
         self.head = 0;
         self.buf.push_str(chunk);
         self.pump(false, out);
+    }
+
+    /// The fast path for plain text: when [`feed`](Self::feed) would emit
+    /// `text` as visible text without looking for anything in it (plain
+    /// text, nothing undecided from earlier pieces, no marker or marker
+    /// prefix in `text`), takes it and says what was emitted: the whitespace
+    /// held from earlier pieces, then `text[..keep]`; its trailing whitespace
+    /// is held, as `feed` does. With `reshape` false it only takes text that
+    /// comes out exactly as it went in. `None`: nothing changed, feed it.
+    pub fn pass(&mut self, text: &str, reshape: bool) -> Option<Passed> {
+        let b = text.as_bytes();
+        let first = *b.first()?;
+        let clean = !self.finished
+            && matches!(self.state, State::Text)
+            && self.head == self.buf.len()
+            && !self.trim_next
+            && !(self.at_start && (first.is_ascii_whitespace() || self.set.start_byte[first as usize]));
+        if !clean {
+            return None;
+        }
+        let keep = scan::trim_end(text).len();
+        if keep == 0 || (!reshape && (keep < text.len() || !self.ws.is_empty())) {
+            return None;
+        }
+        // The common case, no byte that opens any pattern, is one table scan.
+        let quiet = !b.iter().any(|x| self.set.first_byte[*x as usize])
+            || (self.set.find(text).is_none() && self.set.partial_suffix(text) == 0);
+        if !quiet {
+            return None;
+        }
+        self.at_start = false;
+        let lead = std::mem::take(&mut self.ws);
+        self.ws.push_str(&text[keep..]);
+        Some(Passed { lead, keep })
     }
 
     /// Ends the output: every held byte is decided and emitted.

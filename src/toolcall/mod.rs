@@ -21,7 +21,7 @@ pub mod scan;
 mod tools;
 pub mod typing;
 
-pub use engine::{Extraction, Extractor, FormatSet, Options, extract};
+pub use engine::{Extraction, Extractor, FormatSet, Options, Passed, extract};
 pub use event::{Call, Event};
 pub use tools::ToolIndex;
 

@@ -1,0 +1,231 @@
+//! The stream fast path's reading of an upstream chunk: one borrowed pass
+//! over the payload that finds whether it is a plain content delta, the kind
+//! of chunk the normalizer forwards unchanged (see
+//! [`Normalizer::forward`](super::Normalizer::forward)). Nothing is built: the
+//! strings point into the payload, fields that do not matter are skipped, and
+//! anything unusual (a second choice, a role, reasoning, tool calls, usage, a
+//! finish reason, an escaped id) is simply "not plain", for the full path.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
+
+/// What the fast path needs to know of a chunk.
+#[derive(Deserialize)]
+pub(super) struct Plain<'a> {
+    #[serde(borrow)]
+    pub id: &'a str,
+    #[serde(borrow)]
+    pub object: &'a str,
+    pub created: u64,
+    #[serde(borrow)]
+    pub model: &'a str,
+    #[serde(borrow)]
+    choices: One<Choice<'a>>,
+    #[serde(default)]
+    usage: Seen,
+}
+
+#[derive(Deserialize)]
+struct Choice<'a> {
+    index: u32,
+    #[serde(borrow)]
+    delta: Delta<'a>,
+    #[serde(default)]
+    finish_reason: Null,
+}
+
+#[derive(Deserialize)]
+struct Delta<'a> {
+    #[serde(borrow)]
+    content: Option<Text<'a>>,
+    #[serde(default)]
+    role: Seen,
+    #[serde(default)]
+    reasoning_content: Seen,
+    #[serde(default)]
+    reasoning: Seen,
+    #[serde(default)]
+    tool_calls: Seen,
+}
+
+impl<'a> Plain<'a> {
+    /// The chunk, when it has exactly one choice whose delta is only
+    /// non-empty `content` (other keys pass through the full path untouched
+    /// too), `finish_reason: null`, and no `usage`.
+    pub fn read(payload: &'a str) -> Option<Self> {
+        let p: Plain<'a> = serde_json::from_str(payload).ok()?;
+        let d = &p.choices.0.delta;
+        let plain = !p.usage.0
+            && p.choices.0.finish_reason.0
+            && !(d.role.0 || d.reasoning_content.0 || d.reasoning.0 || d.tool_calls.0)
+            && d.content.as_ref().is_some_and(|c| !c.0.is_empty());
+        plain.then_some(p)
+    }
+
+    pub fn index(&self) -> u32 {
+        self.choices.0.index
+    }
+
+    pub fn content(&self) -> &str {
+        self.choices.0.delta.content.as_ref().map_or("", |t| &t.0)
+    }
+
+    /// Where the content's text starts in `payload`, when it is written there
+    /// as it is (no escapes), so it can be replaced in place.
+    pub fn content_at(&self, payload: &str) -> Option<usize> {
+        match &self.choices.0.delta.content.as_ref()?.0 {
+            Cow::Borrowed(c) => {
+                // The borrowed string points into the payload.
+                let at = (c.as_ptr() as usize).checked_sub(payload.as_ptr() as usize)?;
+                (payload.get(at..at + c.len()) == Some(*c)).then_some(at)
+            }
+            Cow::Owned(_) => None,
+        }
+    }
+}
+
+/// `payload` with the content text at `at..at + len` replaced by `lead`
+/// (whitespace, escaped for JSON) and `body` (unescaped text, as it was in
+/// the payload).
+pub(super) fn splice(payload: &str, at: usize, len: usize, lead: &str, body: &str) -> String {
+    let mut s = String::with_capacity(payload.len() + 2 * lead.len());
+    s.push_str(&payload[..at]);
+    for ch in lead.chars() {
+        match ch {
+            '\n' => s.push_str("\\n"),
+            '\r' => s.push_str("\\r"),
+            '\t' => s.push_str("\\t"),
+            c if u32::from(c) < 0x20 => s.push_str(&format!("\\u{:04x}", u32::from(c))),
+            c => s.push(c),
+        }
+    }
+    s.push_str(body);
+    s.push_str(&payload[at + len..]);
+    s
+}
+
+/// A string, borrowed from the payload unless it had escapes. (serde's own
+/// `Cow` always copies, and `#[serde(borrow)]` does not reach into an
+/// `Option`.)
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Text<'a>, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+        }
+        d.deserialize_str(V(std::marker::PhantomData))
+    }
+}
+
+/// Whether the key was there at all (any value, `null` included).
+#[derive(Default)]
+struct Seen(bool);
+
+impl<'de> Deserialize<'de> for Seen {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        IgnoredAny::deserialize(d)?;
+        Ok(Seen(true))
+    }
+}
+
+/// Whether the key was there with the value `null` (an absent key is not).
+#[derive(Default)]
+struct Null(bool);
+
+impl<'de> Deserialize<'de> for Null {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Null(Option::<IgnoredAny>::deserialize(d)?.is_none()))
+    }
+}
+
+/// An array of exactly one element, without a `Vec`.
+struct One<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for One<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for V<T> {
+            type Value = One<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an array of one element")
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<One<T>, A::Error> {
+                let first = seq.next_element()?.ok_or_else(|| de::Error::invalid_length(0, &self))?;
+                match seq.next_element::<IgnoredAny>()? {
+                    None => Ok(One(first)),
+                    Some(_) => Err(de::Error::invalid_length(2, &self)),
+                }
+            }
+        }
+        d.deserialize_seq(V(std::marker::PhantomData))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const PLAIN: &str = r#"{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","system_fingerprint":"fp","choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":null,"finish_reason":null}]}"#;
+
+    #[test]
+    fn reads_a_plain_content_delta() {
+        let p = Plain::read(PLAIN).map(|p| (p.id, p.object, p.created, p.model, p.index(), p.content().to_string()));
+        assert_eq!(p, Some(("c1", "chat.completion.chunk", 7, "m", 0, "Hi".to_string())));
+        let escaped = PLAIN.replace(r#""Hi""#, r#""a\nb\u00e9""#);
+        assert_eq!(Plain::read(&escaped).map(|p| p.content().to_string()), Some("a\nbé".to_string()));
+    }
+
+    #[test]
+    fn content_is_replaced_in_place() {
+        // (A `const` may be a different copy at each use: one string here.)
+        let payload = PLAIN.to_string();
+        let p = Plain::read(&payload).and_then(|p| p.content_at(&payload).map(|at| (at, p.content().len())));
+        let Some((at, len)) = p else { panic!("plain") };
+        let out = splice(&payload, at, len, "\n \t\u{b}\u{3000}", "H");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
+        assert_eq!(v["choices"][0]["delta"]["content"], "\n \t\u{b}\u{3000}H");
+        let escaped = PLAIN.replace(r#""Hi""#, r#""H\u0069""#);
+        assert_eq!(Plain::read(&escaped).and_then(|p| p.content_at(&escaped)), None);
+    }
+
+    #[test]
+    fn anything_else_is_not_plain() {
+        for (from, to) in [
+            (r#""content":"Hi""#, r#""content":"""#),
+            (r#""content":"Hi""#, r#""content":null"#),
+            (r#""content":"Hi""#, r#""role":"assistant","content":"Hi""#),
+            (r#""content":"Hi""#, r#""content":"Hi","reasoning_content":null"#),
+            (r#""content":"Hi""#, r#""content":"Hi","reasoning":"r""#),
+            (r#""content":"Hi""#, r#""content":"Hi","tool_calls":[]"#),
+            (r#""content":"Hi""#, r#""content":"Hi","content":"Ho""#),
+            (r#""finish_reason":null"#, r#""finish_reason":"stop""#),
+            (r#","finish_reason":null"#, ""),
+            (r#""index":0,"#, ""),
+            (r#""id":"c1""#, r#""id":"c\u0031""#),
+            (r#""created":7"#, r#""created":-1"#),
+            (r#""model":"m","#, r#""model":"m","usage":null,"#),
+            (r#"}]}"#, r#"},{"index":1,"delta":{"content":"x"},"finish_reason":null}]}"#),
+            (r#""choices":[{"#, r#""choices":[],"x":[{"#),
+        ] {
+            let chunk = PLAIN.replace(from, to);
+            assert_ne!(chunk, PLAIN, "{from}");
+            assert!(Plain::read(&chunk).is_none(), "{chunk}");
+        }
+        assert!(Plain::read("{\"error\":{\"message\":\"x\"}}").is_none());
+        assert!(Plain::read("not json").is_none());
+    }
+}
