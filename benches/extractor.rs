@@ -318,6 +318,71 @@ fn normalizer_per_chunk(c: &mut Criterion) {
     g.finish();
 }
 
+/// One upstream chunk from its `data` payload to the bytes sent to the
+/// client, over a response of token-sized content deltas: `full` parses each
+/// payload into a `Chunk`, normalizes and serializes it; `forward` takes the
+/// fast path first (`Normalizer::forward`) and the full path for the rest,
+/// as the proxy does. Tokens with a leading space (as OpenAI-style
+/// tokenizers stream words) and with a trailing one (held, then moved).
+fn chunk_path(c: &mut Criterion) {
+    let words: Vec<String> = prose(2 << 10).split(' ').map(str::to_string).collect();
+    let leading: Vec<String> = words.iter().map(|w| format!(" {w}")).collect();
+    let trailing: Vec<String> = words.iter().map(|w| format!("{w} ")).collect();
+    let all = Arc::new(FormatSet::all());
+    let none = Arc::new(FormatSet::none());
+    let declared = tools();
+    let undeclared = Arc::new(ToolIndex::default());
+    let mut g = c.benchmark_group("chunk_path");
+    for (shape, pieces) in [("leading_space", &leading), ("trailing_space", &trailing)] {
+        let payloads: Vec<String> =
+            pieces.iter().map(|p| serde_json::to_string(&content_chunk(p)).unwrap_or_default()).collect();
+        g.throughput(Throughput::Elements(payloads.len() as u64));
+        for (recovery, formats, tools) in [("no_tools", &none, &undeclared), ("recovery", &all, &declared)] {
+            for fast in [false, true] {
+                let id = BenchmarkId::new(format!("{shape}/{recovery}"), if fast { "forward" } else { "full" });
+                g.bench_function(id, |b| {
+                    b.iter_batched(
+                        || (Normalizer::new(settings(formats, tools)), payloads.clone(), Vec::with_capacity(64 << 10)),
+                        |(mut norm, payloads, mut wire)| {
+                            let mut out = Vec::new();
+                            for p in payloads {
+                                let p = if fast {
+                                    match norm.forward(p) {
+                                        Ok(w) => {
+                                            sse_write(&mut wire, &w);
+                                            continue;
+                                        }
+                                        Err(p) => p,
+                                    }
+                                } else {
+                                    p
+                                };
+                                if let Ok(chunk) = serde_json::from_str::<Chunk>(&p) {
+                                    norm.push(chunk, &mut out);
+                                }
+                                for c in out.drain(..) {
+                                    wire.extend_from_slice(b"data: ");
+                                    let _ = serde_json::to_writer(&mut wire, &c);
+                                    wire.extend_from_slice(b"\n\n");
+                                }
+                            }
+                            (norm, wire)
+                        },
+                        BatchSize::SmallInput,
+                    )
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
+fn sse_write(wire: &mut Vec<u8>, payload: &str) {
+    wire.extend_from_slice(b"data: ");
+    wire.extend_from_slice(payload.as_bytes());
+    wire.extend_from_slice(b"\n\n");
+}
+
 fn config() -> Criterion {
     // Two shared cores: longer measurement and more samples keep the noise down.
     Criterion::default().sample_size(60).measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1))
@@ -326,6 +391,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = prose_throughput, dense_throughput, flat_per_chunk, normalizer_per_chunk
+    targets = prose_throughput, dense_throughput, flat_per_chunk, normalizer_per_chunk, chunk_path
 }
 criterion_main!(benches);

@@ -1,46 +1,56 @@
 //! Reading an upstream SSE body: the `data` payloads in order, `[DONE]` as
-//! the end, an idle timeout between events, and the events seen handed to a
+//! the end, an idle timeout between reads, and the events seen handed to a
 //! recording.
 //!
-//! Parsing is eventsource-stream's. Two things keep it linear and cheap on
-//! the hot path: the body is cut into event-aligned pieces before the parser
-//! sees it (the parser moves its whole remaining buffer for every line it
-//! consumes, which is quadratic in a network read that carries many events),
-//! and the idle timer is armed once and moved only when it fires, not
-//! re-registered per event.
+//! The body is cut into event-aligned pieces first (one memchr pass). A
+//! piece that is one event of one `data:` line — what vendors send for every
+//! chunk — is read right there, its payload being the line, provided the
+//! parser holds nothing from earlier pieces. Everything else (several data
+//! lines, `event:`/`id:` fields, comments, CR line ends, events split across
+//! reads) goes to eventsource-stream's parser, one parser per body, fed
+//! through a channel. The parser was the largest single cost of a proxied
+//! stream: it copies its remaining buffer for every line and builds several
+//! strings per event. The idle timer is armed once and moved only when it
+//! fires, not re-registered per read.
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use eventsource_stream::Eventsource;
-use futures_util::{Stream, StreamExt};
+use eventsource_stream::EventStream;
+use futures_util::{FutureExt, Stream, StreamExt};
 use tokio::time::Instant;
 
 use super::UpstreamError;
 use super::record::Recording;
 use super::upstream::Events;
 
-/// `data` payloads of an SSE body. Comment lines and keep-alives are skipped
-/// by the parser; `[DONE]` ends the stream; a silence longer than `idle`
-/// ends it with a timeout error. A recording sees each event as it is passed
-/// on and is written when the stream ends.
+/// `data` payloads of an SSE body. Comment lines and keep-alives are skipped;
+/// `[DONE]` ends the stream; a silence longer than `idle` ends it with a
+/// timeout error. A recording sees each event as it is passed on and is
+/// written when the stream ends.
 pub(super) fn events<S, E>(body: S, idle: Duration, mut rec: Option<Recording>) -> Events
 where
     S: Stream<Item = Result<Bytes, E>> + Send + 'static,
     E: std::fmt::Display + Send + 'static,
 {
-    let mut inner = Box::pin(event_aligned(body).eventsource());
+    let mut pieces = Box::pin(event_aligned(body));
+    let (feed, fed) = futures_channel::mpsc::unbounded::<Result<Bytes, std::convert::Infallible>>();
+    let mut parser = EventStream::new(fed);
     Box::pin(async_stream::stream! {
+        let mut feed = Some(feed);
+        // The last bytes given to the parser: it holds nothing when they end
+        // a blank line.
+        let mut fed_tail = Tail::default();
         let mut last = Instant::now();
         let timer = tokio::time::sleep_until(last + idle);
         tokio::pin!(timer);
-        loop {
+        'body: loop {
             let next = tokio::select! {
                 biased;
-                ev = inner.next() => ev,
+                piece = pieces.next() => piece,
                 () = &mut timer => {
                     if Instant::now() < last + idle {
-                        // Events came since the timer was set: move it.
+                        // Reads came since the timer was set: move it.
                         timer.as_mut().reset(last + idle);
                         continue;
                     }
@@ -50,30 +60,110 @@ where
             };
             last = Instant::now();
             match next {
-                None => break,
                 Some(Err(e)) => {
                     yield Err(UpstreamError::Connect(format!("stream broken: {e}")));
                     break;
                 }
-                Some(Ok(ev)) => {
-                    if let Some(r) = rec.as_mut() {
-                        r.event(&ev.event, &ev.data);
-                    }
-                    let data = ev.data.trim();
-                    if data == "[DONE]" {
-                        break;
-                    }
-                    if data.is_empty() {
+                Some(Ok(piece)) => {
+                    if fed_tail.ends_event()
+                        && let Some(data) = one_data_line(&piece)
+                    {
+                        if let Some(r) = rec.as_mut() {
+                            r.event("message", data);
+                        }
+                        match payload(data) {
+                            Payload::Done => break,
+                            Payload::Skip => {}
+                            Payload::Data => yield Ok(data.to_owned()),
+                        }
                         continue;
                     }
-                    yield Ok(ev.data);
+                    fed_tail.push(&piece);
+                    if let Some(f) = &feed {
+                        // The receiver lives as long as the parser, in this stream.
+                        let _ = f.unbounded_send(Ok(piece));
+                    }
                 }
+                // The end of the body: the parser reads what it still holds.
+                None => feed = None,
+            }
+            // Everything the parser can read now; it never waits here.
+            while let Some(Some(ev)) = parser.next().now_or_never() {
+                let ev = match ev {
+                    Ok(ev) => ev,
+                    Err(e) => {
+                        yield Err(UpstreamError::Connect(format!("stream broken: {e}")));
+                        break 'body;
+                    }
+                };
+                if let Some(r) = rec.as_mut() {
+                    r.event(&ev.event, &ev.data);
+                }
+                match payload(&ev.data) {
+                    Payload::Done => break 'body,
+                    Payload::Skip => {}
+                    Payload::Data => yield Ok(ev.data),
+                }
+            }
+            if feed.is_none() {
+                break;
             }
         }
         if let Some(r) = rec.take() {
             r.finish();
         }
     })
+}
+
+enum Payload {
+    Data,
+    /// Empty: nothing to pass on.
+    Skip,
+    /// `[DONE]`: the end.
+    Done,
+}
+
+fn payload(data: &str) -> Payload {
+    match data.trim() {
+        "[DONE]" => Payload::Done,
+        "" => Payload::Skip,
+        _ => Payload::Data,
+    }
+}
+
+/// The payload of a piece that is exactly `data:[ ]<payload>\n\n` with no
+/// other line break in it (the SSE grammar gives that one event, whose data
+/// is the payload).
+fn one_data_line(piece: &[u8]) -> Option<&str> {
+    let rest = piece.strip_prefix(b"data:")?.strip_suffix(b"\n\n")?;
+    let rest = rest.strip_prefix(b" ").unwrap_or(rest);
+    if memchr::memchr2(b'\n', b'\r', rest).is_some() {
+        return None;
+    }
+    std::str::from_utf8(rest).ok()
+}
+
+/// The last three bytes fed to the parser.
+#[derive(Default)]
+struct Tail {
+    bytes: [u8; 3],
+    len: usize,
+}
+
+impl Tail {
+    fn push(&mut self, piece: &[u8]) {
+        for b in piece.iter().skip(piece.len().saturating_sub(3)) {
+            self.bytes = [self.bytes[1], self.bytes[2], *b];
+            self.len = (self.len + 1).min(3);
+        }
+    }
+
+    /// Nothing fed yet, or the bytes end with a blank line the parser has
+    /// read (LF or CRLF line ends; a trailing CR waits for the next byte).
+    fn ends_event(&self) -> bool {
+        let t = &self.bytes[3 - self.len..];
+        self.len == 0 || [&b"\n\n"[..], b"\n\r\n", b"\r\r\n"].iter().any(|end| t.ends_with(end))
+    }
 }
 
 /// The body re-cut so every piece but the last of a read ends at an event
@@ -135,6 +225,42 @@ mod tests {
     }
 
     #[test]
+    fn one_data_line_events_are_read_in_place() {
+        assert_eq!(one_data_line(b"data: {}\n\n"), Some("{}"));
+        assert_eq!(one_data_line(b"data:{}\n\n"), Some("{}"));
+        assert_eq!(one_data_line(b"data: a\ndata: b\n\n"), None);
+        assert_eq!(one_data_line(b"data: a\r\n\r\n"), None);
+        assert_eq!(one_data_line(b"event: x\ndata: a\n\n"), None);
+        assert_eq!(one_data_line(b"data: a\n"), None);
+        assert_eq!(one_data_line(b": data: a\n\n"), None);
+        assert_eq!(one_data_line(b"data: \xff\n\n"), None);
+    }
+
+    #[test]
+    fn the_parser_is_idle_after_a_blank_line() {
+        let tail = |parts: &[&str]| {
+            let mut t = Tail::default();
+            for p in parts {
+                t.push(p.as_bytes());
+            }
+            t.ends_event()
+        };
+        for yes in [
+            &[][..],
+            &["data: a\n\n"],
+            &["data: a\n", "\n"],
+            &["data: a\r\n", "\r\n"],
+            &["data: a\r\r\n"],
+            &["\n", "\n"],
+        ] {
+            assert!(tail(yes), "{yes:?}");
+        }
+        for no in [&["data: a\n"][..], &["data: a\r\n"], &["data: a"], &["data: a\r\r"], &["data: a\n\r"], &["\n"]] {
+            assert!(!tail(no), "{no:?}");
+        }
+    }
+
+    #[test]
     fn cuts_after_blank_lines() {
         assert_eq!(pieces("data: a\n\ndata: b\n\ndata: c"), ["data: a\n\n", "data: b\n\n", "data: c"]);
         assert_eq!(pieces("data: a\r\n\r\n: x\n\n"), ["data: a\r\n\r\n", ": x\n\n"]);
@@ -145,9 +271,11 @@ mod tests {
     /// However the body is cut into reads, the same payloads come out.
     #[tokio::test]
     async fn any_read_boundaries_give_the_same_payloads() {
-        let body =
-            "data: {\"a\":1}\n\n: keep-alive\n\ndata: é😀\r\n\r\nevent: x\ndata: two\ndata: lines\n\ndata: [DONE]\n\n";
-        let want = vec!["{\"a\":1}".to_string(), "é😀".to_string(), "two\nlines".to_string()];
+        let body = "data: {\"a\":1}\n\n: keep-alive\n\ndata: é😀\r\n\r\nevent: x\ndata: two\ndata: lines\n\n\
+                    data:tight\n\ndata:  spaced\n\nid: 7\ndata: with id\n\ndata: \n\ndata: last\n\ndata: cr\r\rdata: crlf\r\n\r\ndata: [DONE]\n\n";
+        let want: Vec<String> = ["{\"a\":1}", "é😀", "two\nlines", "tight", " spaced", "with id", "last", "cr", "crlf"]
+            .map(String::from)
+            .to_vec();
         for size in 1..body.len() {
             let reads: Vec<Result<Bytes, std::convert::Infallible>> =
                 body.as_bytes().chunks(size).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
