@@ -652,6 +652,31 @@ async fn graceful_shutdown_cuts_streams_at_the_deadline() {
 /// `[telemetry]`: the real binary exports the request's spans over OTLP/HTTP
 /// to a collector (here a wiremock), joined to the client's `traceparent`,
 /// and flushes them on SIGTERM.
+/// The access line is written when the body ends, outside the request's
+/// span, so it carries the request id itself.
+#[tokio::test]
+async fn the_access_log_line_names_the_request() {
+    let upstream = MockServer::start().await;
+    let body = completion(json!({"role": "assistant", "content": "ok"}), "stop");
+    Mock::given(method("POST")).respond_with(ResponseTemplate::new(200).set_body_json(body)).mount(&upstream).await;
+    let config = format!("[providers.v]\nprofile = \"openai\"\nbase_url = \"{}/v1\"\n", upstream.uri());
+    let mut p = serve_process(&config, &[("RUST_LOG", "info")]).await;
+    let r = p
+        .proxy
+        .http
+        .post(p.proxy.url("/v1/chat/completions"))
+        .header("x-request-id", "req-log-7")
+        .json(&json!({"model": "v/m", "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(p.terminate().success());
+    let log = p.log();
+    let line = log.lines().find(|l| l.contains("request done")).unwrap_or_else(|| panic!("no access line in:\n{log}"));
+    assert!(line.contains("id=\"req-log-7\"") && line.contains("status=200"), "{line}");
+}
+
 #[tokio::test]
 async fn spans_are_exported_over_otlp_and_join_the_clients_trace() {
     let upstream = MockServer::start().await;

@@ -313,7 +313,10 @@ impl Drop for Done {
         };
         crate::metrics::request_done(p, m, self.status.as_u16(), elapsed);
         crate::metrics::in_flight(-1.0);
+        // Written when the body ends, outside the request's span: the id is
+        // a field of its own so the access line can be joined to the rest.
         tracing::info!(
+            id = self.ctx.id.as_str(),
             status = self.status.as_u16(),
             provider = p,
             model = m,

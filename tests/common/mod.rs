@@ -225,6 +225,11 @@ impl Drop for ServeProcess {
 }
 
 impl ServeProcess {
+    /// What the process wrote to stderr so far (its log).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("stderr.log")).unwrap_or_default()
+    }
+
     /// Sends SIGTERM and waits (bounded) for the process to exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         let _ = std::process::Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
@@ -257,7 +262,7 @@ pub async fn serve_process(config_toml: &str, env: &[(&str, &str)]) -> ServeProc
         .env("RUST_LOG", "warn")
         .envs(env.iter().copied())
         .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
+        .stderr(std::fs::File::create(dir.path().join("stderr.log")).unwrap())
         .spawn()
         .unwrap();
     let mut p = ServeProcess { child, proxy: Proxy { addr, http: reqwest::Client::new() }, _dir: dir };
@@ -269,7 +274,7 @@ pub async fn serve_process(config_toml: &str, env: &[(&str, &str)]) -> ServeProc
             return p;
         }
         if let Some(st) = p.child.try_wait().unwrap() {
-            panic!("modelshim exited before it was ready: {st}");
+            panic!("modelshim exited before it was ready: {st}\n{}", p.log());
         }
         assert!(t.elapsed() < std::time::Duration::from_secs(30), "modelshim was not ready within 30 s");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
