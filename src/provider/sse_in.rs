@@ -34,10 +34,10 @@ where
     E: std::fmt::Display + Send + 'static,
 {
     let mut pieces = Box::pin(event_aligned(body));
-    let (feed, fed) = futures_channel::mpsc::unbounded::<Result<Bytes, std::convert::Infallible>>();
-    let mut parser = EventStream::new(fed);
     Box::pin(async_stream::stream! {
-        let mut feed = Some(feed);
+        // Made when a piece first needs it: most bodies never do.
+        let mut parser: Option<Parser> = None;
+        let mut ended = false;
         // The last bytes given to the parser: it holds nothing when they end
         // a blank line.
         let mut fed_tail = Tail::default();
@@ -79,16 +79,17 @@ where
                         continue;
                     }
                     fed_tail.push(&piece);
-                    if let Some(f) = &feed {
-                        // The receiver lives as long as the parser, in this stream.
-                        let _ = f.unbounded_send(Ok(piece));
-                    }
+                    parser.get_or_insert_with(Parser::new).push(piece);
                 }
                 // The end of the body: the parser reads what it still holds.
-                None => feed = None,
+                None => {
+                    ended = true;
+                    if let Some(p) = parser.as_mut() {
+                        p.close();
+                    }
+                }
             }
-            // Everything the parser can read now; it never waits here.
-            while let Some(Some(ev)) = parser.next().now_or_never() {
+            while let Some(ev) = parser.as_mut().and_then(Parser::next) {
                 let ev = match ev {
                     Ok(ev) => ev,
                     Err(e) => {
@@ -105,7 +106,7 @@ where
                     Payload::Data => yield Ok(ev.data),
                 }
             }
-            if feed.is_none() {
+            if ended {
                 break;
             }
         }
@@ -113,6 +114,40 @@ where
             r.finish();
         }
     })
+}
+
+type Feed = Result<Bytes, std::convert::Infallible>;
+
+/// eventsource-stream's parser, given pieces one at a time through a channel.
+struct Parser {
+    feed: Option<futures_channel::mpsc::UnboundedSender<Feed>>,
+    events: EventStream<futures_channel::mpsc::UnboundedReceiver<Feed>>,
+}
+
+impl Parser {
+    fn new() -> Self {
+        let (feed, fed) = futures_channel::mpsc::unbounded();
+        Parser { feed: Some(feed), events: EventStream::new(fed) }
+    }
+
+    fn push(&mut self, piece: Bytes) {
+        if let Some(f) = &self.feed {
+            // The receiver lives in `events`, as long as the sender.
+            let _ = f.unbounded_send(Ok(piece));
+        }
+    }
+
+    /// No more pieces: the parser reads what it still holds.
+    fn close(&mut self) {
+        self.feed = None;
+    }
+
+    /// The next event in what it was given, without waiting for more.
+    fn next(
+        &mut self,
+    ) -> Option<Result<eventsource_stream::Event, eventsource_stream::EventStreamError<std::convert::Infallible>>> {
+        self.events.next().now_or_never().flatten()
+    }
 }
 
 enum Payload {
