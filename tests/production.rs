@@ -599,6 +599,25 @@ async fn finishes_an_in_flight_stream(threads: Option<usize>) {
     done.unwrap().unwrap();
 }
 
+/// A request head over 8 KiB is refused with 431 (the limit keeps each
+/// connection's read buffer at 8 KiB); one just under it is served.
+#[tokio::test]
+async fn request_heads_are_limited_to_8_kib() {
+    let (url, _) = scripted(vec![], Act::Stream { n: 1, gap: Duration::from_millis(1), size: 1 }).await;
+    let (addr, stop, server) = serve_with_shutdown(&url, Duration::from_secs(5), Some(1)).await;
+    let http = reqwest::Client::new();
+    let send = |extra: usize| {
+        http.post(format!("http://{addr}/v1/chat/completions"))
+            .header("x-pad", "a".repeat(extra))
+            .json(&stream_req())
+            .send()
+    };
+    assert_eq!(send(6 * 1024).await.unwrap().status(), 200);
+    assert_eq!(send(9 * 1024).await.unwrap().status(), 431);
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), server).await.expect("server stops").unwrap().unwrap();
+}
+
 /// Many connections over two serving threads (both sockets take some),
 /// every answer right; and a port already listened on is refused, not shared.
 #[tokio::test]

@@ -47,6 +47,13 @@ pub async fn serve(
     r
 }
 
+/// The largest request head a connection reads (request line and headers):
+/// hyper's smallest allowed buffer limit. A larger head is answered 431. It
+/// also keeps each connection's read buffer at 8 KiB; hyper's default limit
+/// (~400 KiB) let the buffer double to 16 KiB on a request's first reads,
+/// held for the life of the connection (heaptrack, bench/README.md).
+pub const MAX_HEAD: usize = 8 * 1024;
+
 /// [`serve`] without the last word (serving threads share one).
 async fn drain(
     listener: TcpListener,
@@ -54,9 +61,8 @@ async fn drain(
     signal: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) -> std::io::Result<()> {
-    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let st = state.clone();
-    let server = axum::serve(nodelay(listener), app(state.clone())).with_graceful_shutdown(async move {
+    let open = accept(listener, &state, async move {
         signal.await;
         // Every serving thread gets the signal; the first one says so.
         if st.set_ready(false) {
@@ -66,25 +72,71 @@ async fn drain(
                 "shutting down: no new connections, finishing in-flight requests"
             );
         }
-        let _ = tx.send(());
-    });
-    let mut server = std::pin::pin!(server.into_future());
-    tokio::select! {
-        r = &mut server => return r,
-        _ = rx => {}
-    }
+    })
+    .await;
     state.edge.tracker.close();
-    if let Ok(r) = tokio::time::timeout(grace, &mut server).await {
-        return r;
+    // Idle keep-alive connections close now; the others after their
+    // in-flight request.
+    let mut all = std::pin::pin!(open.shutdown());
+    if tokio::time::timeout(grace, &mut all).await.is_ok() {
+        return Ok(());
     }
     tracing::warn!(open = state.edge.tracker.len(), "grace period over: ending open streams");
     state.edge.cut.cancel();
-    match tokio::time::timeout(FLUSH, &mut server).await {
-        Ok(r) => r,
-        Err(_) => {
-            tracing::warn!(open = state.edge.tracker.len(), "closing remaining connections");
-            Ok(())
+    if tokio::time::timeout(FLUSH, &mut all).await.is_err() {
+        tracing::warn!(open = state.edge.tracker.len(), "closing remaining connections");
+    }
+    Ok(())
+}
+
+/// Accepts connections and serves each on a task of its own (HTTP/1.1, or
+/// HTTP/2 when the client opens with its preface), until `stop` completes.
+/// Returns the connections still open.
+async fn accept(
+    listener: TcpListener,
+    state: &Shared,
+    stop: impl Future<Output = ()>,
+) -> hyper_util::server::graceful::GracefulShutdown {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let app = app(state.clone());
+    let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    http.http1().max_buf_size(MAX_HEAD);
+    let open = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let tcp = tokio::select! {
+            biased;
+            () = &mut stop => return open,
+            r = listener.accept() => match r {
+                Ok((tcp, _)) => tcp,
+                Err(e) => {
+                    // Per-connection failures (reset before accept) are
+                    // nothing; others (out of file descriptors) are waited out.
+                    if !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::ConnectionAborted
+                            | std::io::ErrorKind::ConnectionReset
+                            | std::io::ErrorKind::ConnectionRefused
+                    ) {
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    continue;
+                }
+            },
+        };
+        // SSE writes are small: with Nagle on they wait on the client's
+        // delayed ACK (about 40 ms per stall on Linux).
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY: {e}");
         }
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let conn = open.watch(http.serve_connection(TokioIo::new(tcp), service).into_owned());
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::trace!("connection ended: {e}");
+            }
+        });
     }
 }
 
