@@ -671,6 +671,13 @@ async fn graceful_shutdown_cuts_streams_at_the_deadline() {
 /// `[telemetry]`: the real binary exports the request's spans over OTLP/HTTP
 /// to a collector (here a wiremock), joined to the client's `traceparent`,
 /// and flushes them on SIGTERM.
+/// One chat request with one extra header to a `serve_process`; its status.
+async fn say_hi(p: &ServeProcess, header: &str, value: &str) -> u16 {
+    let url = p.proxy.url("/v1/chat/completions");
+    let body = json!({"model": "v/m", "messages": [{"role": "user", "content": "hi"}]});
+    p.proxy.http.post(url).header(header, value).json(&body).send().await.unwrap().status().as_u16()
+}
+
 /// The access line is written when the body ends, outside the request's
 /// span, so it carries the request id itself.
 #[tokio::test]
@@ -680,16 +687,7 @@ async fn the_access_log_line_names_the_request() {
     Mock::given(method("POST")).respond_with(ResponseTemplate::new(200).set_body_json(body)).mount(&upstream).await;
     let config = format!("[providers.v]\nprofile = \"openai\"\nbase_url = \"{}/v1\"\n", upstream.uri());
     let mut p = serve_process(&config, &[("RUST_LOG", "info")]).await;
-    let r = p
-        .proxy
-        .http
-        .post(p.proxy.url("/v1/chat/completions"))
-        .header("x-request-id", "req-log-7")
-        .json(&json!({"model": "v/m", "messages": [{"role": "user", "content": "hi"}]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    assert_eq!(say_hi(&p, "x-request-id", "req-log-7").await, 200);
     assert!(p.terminate().success());
     let log = p.log();
     let line = log.lines().find(|l| l.contains("request done")).unwrap_or_else(|| panic!("no access line in:\n{log}"));
@@ -715,16 +713,7 @@ async fn spans_are_exported_over_otlp_and_join_the_clients_trace() {
     );
     let mut p = serve_process(&config, &[("TEST_UPSTREAM_KEY", "sk-upstream")]).await;
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
-    let r = p
-        .proxy
-        .http
-        .post(p.proxy.url("/v1/chat/completions"))
-        .header("traceparent", format!("00-{trace_id}-00f067aa0ba902b7-01"))
-        .json(&json!({"model": "v/m", "messages": [{"role": "user", "content": "hi"}]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
+    assert_eq!(say_hi(&p, "traceparent", &format!("00-{trace_id}-00f067aa0ba902b7-01")).await, 200);
     assert!(p.terminate().success());
     let got = collector.received_requests().await.unwrap();
     assert!(!got.is_empty(), "no spans exported");
