@@ -42,19 +42,20 @@ pub async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Byte
         return crate::agent::run(s, tools, route, req, &headers).await;
     }
     let client_stream = req.is_stream();
-    match start(&s, req).await? {
-        Started::Whole(chunks) if client_stream => Ok(sse(futures_util::stream::iter(chunks.into_iter().map(Ok)))),
-        Started::Whole(chunks) => Ok(Json(assemble(chunks)).into_response()),
-        Started::Stream { events, first, norm } if client_stream => Ok(sse(outs(events, first, norm, s))),
-        Started::Stream { events, first, norm } => {
-            let mut all = Vec::new();
-            let mut chunks = std::pin::pin!(normalized(events, first, norm, s));
-            while let Some(c) = chunks.next().await {
-                all.push(c?);
-            }
-            Ok(Json(assemble(all)).into_response())
-        }
+    let started = start(&s, req).await?;
+    if client_stream {
+        return Ok(match started {
+            // The stream's own path, so plain content deltas can be forwarded as they came.
+            Started::Stream { events, first, norm } => sse(outs(events, first, norm, s)),
+            whole => sse(whole.chunks(&s)),
+        });
     }
+    let mut all = Vec::new();
+    let mut chunks = started.chunks(&s);
+    while let Some(c) = chunks.next().await {
+        all.push(c?);
+    }
+    Ok(Json(assemble(all)).into_response())
 }
 
 /// The normalized answer to a parsed chat request as a stream of chunks,
@@ -72,10 +73,7 @@ pub(crate) async fn answer(
             let route = route_for(s, &req.model)?;
             crate::agent::chunks(s.clone(), tools, route, req).await
         }
-        None => Ok(match start(s, req).await? {
-            Started::Whole(chunks) => futures_util::stream::iter(chunks.into_iter().map(Ok)).boxed(),
-            Started::Stream { events, first, norm } => normalized(events, first, norm, s.clone()).boxed(),
-        }),
+        None => Ok(start(s, req).await?.chunks(s)),
     }
 }
 
@@ -85,6 +83,16 @@ pub(crate) async fn answer(
 enum Started {
     Whole(Vec<Chunk>),
     Stream { events: Events, first: Option<Chunk>, norm: Normalizer },
+}
+
+impl Started {
+    /// The normalized chunks of the answer.
+    fn chunks(self, s: &Shared) -> BoxStream<'static, Result<Chunk, UpstreamError>> {
+        match self {
+            Started::Whole(chunks) => futures_util::stream::iter(chunks.into_iter().map(Ok)).boxed(),
+            Started::Stream { events, first, norm } => normalized(events, first, norm, s.clone()).boxed(),
+        }
+    }
 }
 
 async fn start(s: &Shared, req: ChatRequest) -> Result<Started, ApiError> {

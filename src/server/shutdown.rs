@@ -22,17 +22,21 @@ use super::{Shared, app};
 /// event before the connections are dropped.
 const FLUSH: Duration = Duration::from_secs(2);
 
-/// Accepted sockets with Nagle off: SSE writes are small, and with Nagle on
-/// they wait on the client's delayed ACK (about 40 ms per stall on Linux).
+/// Accepted sockets with Nagle off (for the replay servers, which use
+/// `axum::serve`; see [`no_delay`]).
 pub fn nodelay(
     listener: TcpListener,
 ) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr> {
     use axum::serve::ListenerExt;
-    listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("cannot set TCP_NODELAY: {e}");
-        }
-    })
+    listener.tap_io(no_delay)
+}
+
+/// Nagle off on an accepted socket: SSE writes are small, and with Nagle on
+/// they wait on the client's delayed ACK (about 40 ms per stall on Linux).
+fn no_delay(tcp: &mut tokio::net::TcpStream) {
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!("cannot set TCP_NODELAY: {e}");
+    }
 }
 
 /// Serves `state` on `listener` until `signal` completes, then drains.
@@ -104,7 +108,7 @@ async fn accept(
     let open = hyper_util::server::graceful::GracefulShutdown::new();
     let mut stop = std::pin::pin!(stop);
     loop {
-        let tcp = tokio::select! {
+        let mut tcp = tokio::select! {
             biased;
             () = &mut stop => return open,
             r = listener.accept() => match r {
@@ -125,11 +129,7 @@ async fn accept(
                 }
             },
         };
-        // SSE writes are small: with Nagle on they wait on the client's
-        // delayed ACK (about 40 ms per stall on Linux).
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("cannot set TCP_NODELAY: {e}");
-        }
+        no_delay(&mut tcp);
         let service = hyper_util::service::TowerToHyperService::new(app.clone());
         let conn = open.watch(http.serve_connection(TokioIo::new(tcp), service).into_owned());
         tokio::spawn(async move {
