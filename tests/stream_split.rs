@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use common::*;
-use modelshim::openai::Chunk;
-use modelshim::stream::{Assembler, Normalizer, normalize::Settings};
+use modelshim::openai::{Chunk, Completion};
+use modelshim::stream::{Assembler, Normalizer, completion_to_chunk, normalize::Settings};
 use modelshim::toolcall::{FormatSet, ToolIndex};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -163,6 +163,110 @@ proptest! {
         let whole = client_view(&upstream(&[TEXT], &[NATIVE_ARGS]));
         let split = client_view(&upstream(&pieces(TEXT, &text_cuts), &pieces(NATIVE_ARGS, &arg_cuts)));
         prop_assert_eq!(split, whole);
+    }
+}
+
+/// A non-streamed answer the way the proxy sends it without the fast path:
+/// normalized as one chunk, then assembled.
+fn whole_normalized(body: &Value, settings: Settings) -> Value {
+    let c: Completion = serde_json::from_value(body.clone()).unwrap();
+    let mut norm = Normalizer::new(settings);
+    let mut out = Vec::new();
+    norm.push(completion_to_chunk(c), &mut out);
+    norm.finish(&mut out);
+    let mut a = Assembler::default();
+    for c in out {
+        a.push(c);
+    }
+    a.finish()
+}
+
+/// Whether the fast path sends `body` as it came.
+fn whole_as_is(body: &Value, settings: Settings) -> bool {
+    Normalizer::new(settings).whole_as_is(body.to_string().as_bytes())
+}
+
+/// Pieces of model text: prose, whitespace, and the start of markup.
+const PIECES: &[&str] = &[
+    "word",
+    " ",
+    "  ",
+    "\n",
+    "東京",
+    "é",
+    "\"",
+    "<tool_call>",
+    "{\"name\": \"get_weather\", \"arguments\": {}}",
+    "</tool_call>",
+    "<think>",
+    "</think>",
+    "[TOOL_CALLS]",
+    "get_weather(",
+    "```json\n",
+    "<",
+    "{",
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    /// A whole answer sent as it came is the answer the full path would send.
+    #[test]
+    fn whole_answers_sent_as_is_are_unchanged(
+        words in prop::collection::vec(prop::sample::select(PIECES), 0..12),
+        finish in prop::sample::select(&[Some("stop"), Some("length"), Some("tool_calls"), Some("eos"), Some("sensitive"), None][..]),
+        shape in 0u16..512,
+        tools in any::<bool>(),
+    ) {
+        let mut body = json!({
+            "id": if shape & 1 == 0 { "chatcmpl-1" } else { "" },
+            "object": "chat.completion",
+            "created": if shape & 2 == 0 { 1_700_000_000 } else { 0 },
+            "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": words.concat()}, "finish_reason": finish}],
+        });
+        if shape & 4 != 0 { body["system_fingerprint"] = json!("fp_1"); }
+        if shape & 8 != 0 { body["choices"][0]["logprobs"] = Value::Null; body["choices"][0]["message"]["refusal"] = Value::Null; }
+        if shape & 16 != 0 { body["usage"] = if shape & 32 != 0 { Value::Null } else { json!({"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}) }; }
+        if shape & 32 != 0 && shape & 16 == 0 { body["choices"][0]["message"]["reasoning_content"] = json!("hmm"); }
+        // Keys the full path drops or adds.
+        if shape & 64 != 0 { body["choices"][0]["message"]["tool_calls"] = Value::Null; body["choices"][0]["message"]["reasoning_content"] = Value::Null; }
+        if shape & 128 != 0 { body["choices"][0].as_object_mut().unwrap().remove("index"); }
+        if shape & 256 != 0 { body["choices"][0]["message"].as_object_mut().unwrap().remove("role"); }
+        let settings = || if tools { settings() } else { Settings { formats: Arc::new(FormatSet::none()), tools: Arc::default(), ..settings() } };
+        if whole_as_is(&body, settings()) {
+            prop_assert_eq!(whole_normalized(&body, settings()), body);
+        }
+    }
+}
+
+#[test]
+fn plain_whole_answers_are_sent_as_is() {
+    let text: String = (0..64).map(|i| format!("word{i} ")).collect();
+    let body = json!({
+        "id": "chatcmpl-1", "object": "chat.completion", "created": 1_700_000_000, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": null, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 64, "total_tokens": 69},
+        "system_fingerprint": "fp_1",
+    });
+    // Recovery off (native tool calls), as most providers run.
+    let native = || Settings { formats: Arc::new(FormatSet::none()), tools: Arc::default(), ..settings() };
+    assert!(whole_as_is(&body, native()));
+    assert_eq!(whole_normalized(&body, native()), body);
+    // What the normalizer changes takes the full path: a call in the text,
+    // reasoning, a vendor finish reason, a missing id.
+    let mut call = body.clone();
+    call["choices"][0]["message"]["content"] =
+        json!("<tool_call>{\"name\": \"get_weather\", \"arguments\": {}}</tool_call>");
+    let mut think = body.clone();
+    think["choices"][0]["message"]["content"] = json!("<think>hmm</think>Hello");
+    let mut vendor = body.clone();
+    vendor["choices"][0]["finish_reason"] = json!("eos");
+    let mut no_id = body.clone();
+    no_id["id"] = json!("");
+    for changed in [call, think, vendor, no_id] {
+        assert!(!whole_as_is(&changed, settings()), "{changed}");
+        assert_ne!(whole_normalized(&changed, settings()), changed);
     }
 }
 

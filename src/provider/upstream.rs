@@ -28,6 +28,15 @@ pub enum Reply {
 pub struct JsonBody(bytes::Bytes);
 
 impl JsonBody {
+    /// The body as the upstream sent it.
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    pub fn into_bytes(self) -> bytes::Bytes {
+        self.0
+    }
+
     /// Parses the body as `what` (`"a chat completion"`); an error quotes
     /// the start of the body, so nothing the upstream said is lost.
     pub fn parse<T: serde::de::DeserializeOwned>(&self, what: &str) -> Result<T, UpstreamError> {

@@ -19,7 +19,7 @@ use serde_json::Value;
 use super::Shared;
 use crate::error::ApiError;
 use crate::openai::{ChatRequest, Chunk, Completion};
-use crate::provider::upstream::{Events, Reply};
+use crate::provider::upstream::{Events, JsonBody, Reply};
 use crate::provider::{Route, UpstreamError};
 use crate::stream::{Assembler, Normalizer, completion_to_chunk, normalize::Settings};
 use crate::toolcall::ToolIndex;
@@ -42,13 +42,16 @@ pub async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Byte
         return crate::agent::run(s, tools, route, req, &headers).await;
     }
     let client_stream = req.is_stream();
-    let started = start(&s, req).await?;
+    let started = start(&s, req, !client_stream).await?;
     if client_stream {
         return Ok(match started {
             // The stream's own path, so plain content deltas can be forwarded as they came.
             Started::Stream { events, first, norm } => sse(outs(events, first, norm, s)),
             whole => sse(whole.chunks(&s)),
         });
+    }
+    if let Started::AsIs(body) = started {
+        return Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], body.into_bytes()).into_response());
     }
     let mut all = Vec::new();
     let mut chunks = started.chunks(&s);
@@ -73,7 +76,7 @@ pub(crate) async fn answer(
             let route = route_for(s, &req.model)?;
             crate::agent::chunks(s.clone(), tools, route, req).await
         }
-        None => Ok(start(s, req).await?.chunks(s)),
+        None => Ok(start(s, req, false).await?.chunks(s)),
     }
 }
 
@@ -82,7 +85,15 @@ pub(crate) async fn answer(
 #[allow(clippy::large_enum_variant)] // made and moved once per request
 enum Started {
     Whole(Vec<Chunk>),
-    Stream { events: Events, first: Option<Chunk>, norm: Normalizer },
+    /// A whole answer the normalizer would not change, to be sent on as the
+    /// upstream wrote it (made only when asked for; see
+    /// [`Normalizer::whole_as_is`]).
+    AsIs(JsonBody),
+    Stream {
+        events: Events,
+        first: Option<Chunk>,
+        norm: Normalizer,
+    },
 }
 
 impl Started {
@@ -90,12 +101,20 @@ impl Started {
     fn chunks(self, s: &Shared) -> BoxStream<'static, Result<Chunk, UpstreamError>> {
         match self {
             Started::Whole(chunks) => futures_util::stream::iter(chunks.into_iter().map(Ok)).boxed(),
+            // (`answer` does not ask for it.) The answer as one chunk: it
+            // assembles to the body, as the normalizer's chunks would.
+            Started::AsIs(body) => {
+                let chunk = body.parse("a chat completion").map(completion_to_chunk);
+                futures_util::stream::once(async move { chunk }).boxed()
+            }
             Started::Stream { events, first, norm } => normalized(events, first, norm, s.clone()).boxed(),
         }
     }
 }
 
-async fn start(s: &Shared, req: ChatRequest) -> Result<Started, ApiError> {
+/// With `as_is`, a whole answer the normalizer would not change is kept as
+/// the upstream's bytes ([`Started::AsIs`]).
+async fn start(s: &Shared, req: ChatRequest, as_is: bool) -> Result<Started, ApiError> {
     let client_stream = req.is_stream();
     let client_tools = req.tools.clone().unwrap_or_default();
     let declares_tools = req.declares_tools();
@@ -122,6 +141,9 @@ async fn start(s: &Shared, req: ChatRequest) -> Result<Started, ApiError> {
             let completion: Completion = body.parse("a chat completion")?;
             if let Some(u) = completion.usage.as_ref().filter(|u| u.is_object()) {
                 crate::metrics::usage(&provider.name, &route.model, u);
+            }
+            if as_is && norm.whole_as_is(body.bytes()) {
+                return Ok(Started::AsIs(body));
             }
             let mut chunks = Vec::new();
             norm.push(completion_to_chunk(completion), &mut chunks);

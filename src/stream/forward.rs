@@ -1,10 +1,13 @@
-//! The stream fast path's reading of an upstream chunk: one borrowed pass
-//! over the payload that finds whether it is a plain content delta, the kind
-//! of chunk the normalizer forwards unchanged (see
-//! [`Normalizer::forward`](super::Normalizer::forward)). Nothing is built: the
-//! strings point into the payload, fields that do not matter are skipped, and
-//! anything unusual (a second choice, a role, reasoning, tool calls, usage, a
-//! finish reason, an escaped id) is simply "not plain", for the full path.
+//! The fast paths' reading of an upstream answer: one borrowed pass over a
+//! streamed chunk that finds whether it is a plain content delta, the kind of
+//! chunk the normalizer forwards unchanged (see
+//! [`Normalizer::forward`](super::Normalizer::forward)), and the same for a
+//! whole answer that is plain text ([`Whole`], see
+//! [`Normalizer::whole_as_is`](super::Normalizer::whole_as_is)). Nothing is
+//! built: the strings point into the payload, fields that do not matter are
+//! skipped, and anything unusual (a second choice, reasoning, tool calls, a
+//! `null` where the full path drops the key, an escaped id) is simply "not
+//! plain", for the full path.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -105,6 +108,72 @@ pub(super) fn splice(payload: &str, at: usize, len: usize, lead: &str, body: &st
     s.push_str(body);
     s.push_str(&payload[at + len..]);
     s
+}
+
+/// What the fast path needs to know of a whole (non-streamed) answer.
+#[derive(Deserialize)]
+pub(super) struct Whole<'a> {
+    #[serde(borrow)]
+    id: &'a str,
+    #[serde(borrow)]
+    object: &'a str,
+    created: u64,
+    #[serde(borrow, rename = "model")]
+    _model: &'a str,
+    #[serde(borrow)]
+    choices: One<WholeChoice<'a>>,
+    #[serde(default)]
+    usage: Null,
+}
+
+#[derive(Deserialize)]
+struct WholeChoice<'a> {
+    #[serde(rename = "index")]
+    _index: u32,
+    #[serde(borrow)]
+    message: Message<'a>,
+    #[serde(borrow)]
+    finish_reason: &'a str,
+}
+
+#[derive(Deserialize)]
+struct Message<'a> {
+    #[serde(borrow)]
+    role: &'a str,
+    #[serde(borrow)]
+    content: Text<'a>,
+    #[serde(default)]
+    reasoning_content: Seen,
+    #[serde(default)]
+    reasoning: Seen,
+    #[serde(default)]
+    tool_calls: Seen,
+}
+
+impl<'a> Whole<'a> {
+    /// The answer, when it is OpenAI's `chat.completion` with its id and
+    /// `created`, exactly one choice, and an assistant message of text only
+    /// (no reasoning or tool-call keys, not even `null`), with a finish
+    /// reason and no `usage: null` (the full path drops that key).
+    pub fn read(body: &'a [u8]) -> Option<Self> {
+        let w: Whole<'a> = serde_json::from_slice(body).ok()?;
+        let m = &w.choices.0.message;
+        let plain = !w.id.is_empty()
+            && w.object == "chat.completion"
+            && w.created != 0
+            && !w.usage.0
+            && m.role == "assistant"
+            && !(m.reasoning_content.0 || m.reasoning.0 || m.tool_calls.0);
+        plain.then_some(w)
+    }
+
+    pub fn content(&self) -> &str {
+        &self.choices.0.message.content.0
+    }
+
+    pub fn finish_reason(&self) -> &str {
+        self.choices.0.finish_reason
+    }
 }
 
 /// A string, borrowed from the payload unless it had escapes. (serde's own
@@ -227,5 +296,32 @@ mod tests {
         }
         assert!(Plain::read("{\"error\":{\"message\":\"x\"}}").is_none());
         assert!(Plain::read("not json").is_none());
+    }
+
+    const WHOLE: &str = r#"{"id":"c1","object":"chat.completion","created":7,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hi","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"total_tokens":3}}"#;
+
+    #[test]
+    fn reads_a_plain_whole_answer() {
+        let w = Whole::read(WHOLE.as_bytes()).map(|w| (w.content().to_string(), w.finish_reason().to_string()));
+        assert_eq!(w, Some(("Hi".to_string(), "stop".to_string())));
+        for (from, to) in [
+            (r#""content":"Hi""#, r#""content":null"#),
+            (r#""content":"Hi""#, r#""content":"Hi","tool_calls":null"#),
+            (r#""content":"Hi""#, r#""content":"Hi","reasoning_content":null"#),
+            (r#""content":"Hi""#, r#""content":"Hi","reasoning":"r""#),
+            (r#""role":"assistant","#, ""),
+            (r#""index":0,"#, ""),
+            (r#""finish_reason":"stop""#, r#""finish_reason":null"#),
+            (r#""usage":{"total_tokens":3}"#, r#""usage":null"#),
+            (r#""id":"c1""#, r#""id":"""#),
+            (r#""created":7"#, r#""created":0"#),
+            (r#""object":"chat.completion""#, r#""object":"chat.completion.chunk""#),
+            (r#""model":"m","#, ""),
+            (r#"}],"#, r#"},{"index":1,"message":{"role":"assistant","content":"x"},"finish_reason":"stop"}],"#),
+        ] {
+            let body = WHOLE.replace(from, to);
+            assert_ne!(body, WHOLE, "{from}");
+            assert!(Whole::read(body.as_bytes()).is_none(), "{body}");
+        }
     }
 }

@@ -101,10 +101,10 @@ impl Normalizer {
         if let Some(i) = self.choices.iter().position(|c| c.index == index) {
             return i;
         }
-        let opts = Options { starts_in_reasoning: self.s.starts_in_reasoning };
+        let extractor = self.extractor();
         self.choices.push(ChoiceState {
             index,
-            extractor: Extractor::with_options(self.s.formats.clone(), self.s.tools.clone(), opts),
+            extractor,
             role_sent: false,
             native: Vec::new(),
             next_call: 0,
@@ -114,6 +114,12 @@ impl Normalizer {
             call_ids: Vec::new(),
         });
         self.choices.len() - 1
+    }
+
+    /// A new choice's extractor.
+    fn extractor(&self) -> Extractor {
+        let opts = Options { starts_in_reasoning: self.s.starts_in_reasoning };
+        Extractor::with_options(self.s.formats.clone(), self.s.tools.clone(), opts)
     }
 
     /// A chunk that carries this response's id/created/model.
@@ -191,6 +197,21 @@ impl Normalizer {
         // `pass` reshapes only when asked, and it was asked only with `at`.
         let at = at?;
         Some(Some(super::forward::splice(payload, at, text.len(), &passed.lead, body)))
+    }
+
+    /// The fast path for a whole (non-streamed) answer: true when pushing
+    /// its body, finishing, and assembling the chunks would give the same
+    /// JSON back, so the upstream's body can be sent on as it came. That is
+    /// a plain answer ([`Whole`](super::forward::Whole): one choice, the
+    /// assistant's text and nothing the normalizer rewrites), text the
+    /// extractor lets pass whole, and a finish reason the profile keeps.
+    pub fn whole_as_is(&self, body: &[u8]) -> bool {
+        let Some(w) = super::forward::Whole::read(body) else { return false };
+        let finish = w.finish_reason();
+        let kept = !self.s.finish_map.contains_key(finish) && common_finish(finish) == finish && finish != "tool_calls";
+        // The choice's extractor as `push` would make it. The text's trailing
+        // whitespace is held and given back at the end, as nothing follows.
+        kept && self.extractor().pass(w.content(), true).is_some_and(|p| p.lead.is_empty())
     }
 
     fn push_choice(&mut self, choice: ChunkChoice, extra: &Map<String, Value>, out: &mut Vec<Chunk>) {
