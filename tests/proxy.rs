@@ -349,6 +349,31 @@ async fn unknown_fields_pass_through_both_ways() {
 }
 
 #[tokio::test]
+async fn a_plain_answer_is_sent_as_the_upstream_wrote_it() {
+    // Nothing for the normalizer to change: the body goes out byte for byte
+    // (key order, spacing, escapes, vendor fields), not re-serialized.
+    let server = MockServer::start().await;
+    let raw = r#"{"model": "m", "id": "up-1", "object": "chat.completion", "created": 1,
+  "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "Hello \u00e9 there. "}}],
+  "usage": {"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3}, "vendor_extra": [1, 2]}"#;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(raw, "application/json"))
+        .mount(&server)
+        .await;
+    let p = proxy("", &server.uri()).await;
+    let r = p.http.post(p.url("/v1/chat/completions")).json(&ask(false)).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    assert_eq!(r.text().await.unwrap(), raw);
+    // Markup in the text takes the normalizer's path.
+    server.reset().await;
+    let think = completion(json!({"role": "assistant", "content": "<think>hmm</think>Hello"}), "stop");
+    Mock::given(method("POST")).respond_with(ResponseTemplate::new(200).set_body_json(think)).mount(&server).await;
+    let (st, body) = p.chat(ask(false)).await;
+    assert_eq!((st, &body["choices"][0]["message"]["content"]), (200, &json!("Hello")), "{body}");
+}
+
+#[tokio::test]
 async fn ark_text_parts_are_flattened_for_the_upstream() {
     // CherryHQ/cherry-studio#3513: Ark wants strings, not part arrays.
     let server = MockServer::start().await;
