@@ -156,9 +156,18 @@ pub fn first_token(provider: &str, model: &str, elapsed: Duration) {
 
 /// Token counts from an upstream `usage` object.
 pub fn usage(provider: &str, model: &str, usage: &serde_json::Value) {
+    let count = |field| usage.get(field).and_then(serde_json::Value::as_u64);
+    tokens(provider, model, count("prompt_tokens"), count("completion_tokens"));
+}
+
+/// Token counts already read from a `usage` object.
+pub fn tokens(provider: &str, model: &str, prompt: Option<u64>, completion: Option<u64>) {
+    if prompt.is_none() && completion.is_none() {
+        return;
+    }
     let s = series(provider, model);
-    for (field, counter) in [("prompt_tokens", &s.prompt), ("completion_tokens", &s.completion)] {
-        if let Some(n) = usage.get(field).and_then(serde_json::Value::as_u64) {
+    for (n, counter) in [(prompt, &s.prompt), (completion, &s.completion)] {
+        if let Some(n) = n {
             counter.increment(n);
         }
     }

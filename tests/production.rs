@@ -725,3 +725,46 @@ async fn spans_are_exported_over_otlp_and_join_the_clients_trace() {
     let id: Vec<u8> = (0..16).map(|i| u8::from_str_radix(&trace_id[2 * i..2 * i + 2], 16).unwrap()).collect();
     assert!(has(&id), "the spans belong to the client's trace");
 }
+
+#[tokio::test]
+async fn token_counts_are_kept_whether_an_answer_is_sent_as_is_or_normalized() {
+    let server = MockServer::start().await;
+    let answer = |content: &str, prompt: u64, completion: u64| {
+        json!({"id": "up-1", "object": "chat.completion", "created": 1, "model": "m",
+               "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+               "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}})
+    };
+    // Plain text is sent as it came; `<think>` takes the normalizer's path.
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(answer("Hello.", 3, 5)))
+        .up_to_n_times(1)
+        .mount(&server)
+        .await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(answer("<think>hmm</think>Hello.", 7, 11)))
+        .mount(&server)
+        .await;
+    let uri = server.uri();
+    let p = proxy_with("", &uri, |c| {
+        c.providers.insert(
+            "tokprov".into(),
+            ProviderConfig {
+                profile: Some("testvendor".into()),
+                base_url: Some(format!("{uri}/v1")),
+                ..Default::default()
+            },
+        );
+    })
+    .await;
+    for _ in 0..2 {
+        let (st, body) = p.chat(json!({"model": "tokprov/mm", "messages": [{"role": "user", "content": "hi"}]})).await;
+        assert_eq!((st, &body["choices"][0]["message"]["content"]), (200, &json!("Hello.")), "{body}");
+    }
+    let m = p.http.get(p.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    for want in [
+        "modelshim_tokens_total{provider=\"tokprov\",model=\"mm\",kind=\"prompt\"} 10",
+        "modelshim_tokens_total{provider=\"tokprov\",model=\"mm\",kind=\"completion\"} 16",
+    ] {
+        assert!(m.contains(want), "missing {want} in\n{m}");
+    }
+}

@@ -183,7 +183,7 @@ fn whole_normalized(body: &Value, settings: Settings) -> Value {
 
 /// Whether the fast path sends `body` as it came.
 fn whole_as_is(body: &Value, settings: Settings) -> bool {
-    Normalizer::new(settings).whole_as_is(body.to_string().as_bytes())
+    Normalizer::new(settings).whole_as_is(body.to_string().as_bytes()).is_some()
 }
 
 /// Pieces of model text: prose, whitespace, and the start of markup.

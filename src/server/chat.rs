@@ -138,12 +138,13 @@ async fn start(s: &Shared, req: ChatRequest, as_is: bool) -> Result<Started, Api
     let mut norm = Normalizer::new(settings);
     match reply {
         Reply::Json(body) => {
+            if as_is && let Some(t) = norm.whole_as_is(body.bytes()) {
+                crate::metrics::tokens(&provider.name, &route.model, t.prompt_tokens, t.completion_tokens);
+                return Ok(Started::AsIs(body));
+            }
             let completion: Completion = body.parse("a chat completion")?;
             if let Some(u) = completion.usage.as_ref().filter(|u| u.is_object()) {
                 crate::metrics::usage(&provider.name, &route.model, u);
-            }
-            if as_is && norm.whole_as_is(body.bytes()) {
-                return Ok(Started::AsIs(body));
             }
             let mut chunks = Vec::new();
             norm.push(completion_to_chunk(completion), &mut chunks);

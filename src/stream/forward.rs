@@ -35,23 +35,36 @@ pub(super) struct Plain<'a> {
 struct Choice<'a> {
     index: u32,
     #[serde(borrow)]
-    delta: Delta<'a>,
+    delta: Msg<'a, Seen>,
     #[serde(default)]
     finish_reason: Null,
 }
 
+/// A delta (`R` = [`Seen`]: a role is not plain) or a whole message (`R` =
+/// the role): its text, and whether a key the normalizer rewrites is there.
 #[derive(Deserialize)]
-struct Delta<'a> {
+struct Msg<'a, R> {
     #[serde(borrow)]
     content: Option<Text<'a>>,
     #[serde(default)]
-    role: Seen,
+    role: R,
     #[serde(default)]
     reasoning_content: Seen,
     #[serde(default)]
     reasoning: Seen,
     #[serde(default)]
     tool_calls: Seen,
+}
+
+impl<R> Msg<'_, R> {
+    /// Reasoning or tool-call keys, even `null` (the full path drops those).
+    fn rewritten(&self) -> bool {
+        self.reasoning_content.0 || self.reasoning.0 || self.tool_calls.0
+    }
+
+    fn text(&self) -> &str {
+        self.content.as_ref().map_or("", |t| &t.0)
+    }
 }
 
 impl<'a> Plain<'a> {
@@ -61,10 +74,7 @@ impl<'a> Plain<'a> {
     pub fn read(payload: &'a str) -> Option<Self> {
         let p: Plain<'a> = serde_json::from_str(payload).ok()?;
         let d = &p.choices.0.delta;
-        let plain = !p.usage.0
-            && p.choices.0.finish_reason.0
-            && !(d.role.0 || d.reasoning_content.0 || d.reasoning.0 || d.tool_calls.0)
-            && d.content.as_ref().is_some_and(|c| !c.0.is_empty());
+        let plain = p.choices.0.finish_reason.0 && !d.text().is_empty() && !(p.usage.0 || d.role.0 || d.rewritten());
         plain.then_some(p)
     }
 
@@ -73,7 +83,7 @@ impl<'a> Plain<'a> {
     }
 
     pub fn content(&self) -> &str {
-        self.choices.0.delta.content.as_ref().map_or("", |t| &t.0)
+        self.choices.0.delta.text()
     }
 
     /// Where the content's text starts in `payload`, when it is written there
@@ -123,7 +133,7 @@ pub(super) struct Whole<'a> {
     #[serde(borrow)]
     choices: One<WholeChoice<'a>>,
     #[serde(default)]
-    usage: Null,
+    usage: Usage,
 }
 
 #[derive(Deserialize)]
@@ -131,23 +141,32 @@ struct WholeChoice<'a> {
     #[serde(rename = "index")]
     _index: u32,
     #[serde(borrow)]
-    message: Message<'a>,
+    message: Msg<'a, &'a str>,
     #[serde(borrow)]
     finish_reason: &'a str,
 }
 
-#[derive(Deserialize)]
-struct Message<'a> {
-    #[serde(borrow)]
-    role: &'a str,
-    #[serde(borrow)]
-    content: Text<'a>,
-    #[serde(default)]
-    reasoning_content: Seen,
-    #[serde(default)]
-    reasoning: Seen,
-    #[serde(default)]
-    tool_calls: Seen,
+/// The token counts of an answer's `usage`, for the metrics.
+#[derive(Deserialize, Default, Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tokens {
+    pub prompt_tokens: Option<u64>,
+    pub completion_tokens: Option<u64>,
+}
+
+/// An answer's `usage`: absent, `null` (which the full path drops), or an
+/// object with token counts.
+#[derive(Default)]
+enum Usage {
+    #[default]
+    Absent,
+    Null,
+    Tokens(Tokens),
+}
+
+impl<'de> Deserialize<'de> for Usage {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Ok(Option::<Tokens>::deserialize(d)?.map_or(Usage::Null, Usage::Tokens))
+    }
 }
 
 impl<'a> Whole<'a> {
@@ -161,14 +180,23 @@ impl<'a> Whole<'a> {
         let plain = !w.id.is_empty()
             && w.object == "chat.completion"
             && w.created != 0
-            && !w.usage.0
+            && !matches!(w.usage, Usage::Null)
             && m.role == "assistant"
-            && !(m.reasoning_content.0 || m.reasoning.0 || m.tool_calls.0);
+            && m.content.is_some()
+            && !m.rewritten();
         plain.then_some(w)
     }
 
     pub fn content(&self) -> &str {
-        &self.choices.0.message.content.0
+        self.choices.0.message.text()
+    }
+
+    /// The token counts of its `usage` (none without one).
+    pub fn tokens(&self) -> Tokens {
+        match self.usage {
+            Usage::Tokens(t) => t,
+            _ => Tokens::default(),
+        }
     }
 
     pub fn finish_reason(&self) -> &str {
@@ -302,8 +330,13 @@ mod tests {
 
     #[test]
     fn reads_a_plain_whole_answer() {
-        let w = Whole::read(WHOLE.as_bytes()).map(|w| (w.content().to_string(), w.finish_reason().to_string()));
-        assert_eq!(w, Some(("Hi".to_string(), "stop".to_string())));
+        let w =
+            Whole::read(WHOLE.as_bytes()).map(|w| (w.content().to_string(), w.finish_reason().to_string(), w.tokens()));
+        let tokens = Tokens { prompt_tokens: None, completion_tokens: None };
+        assert_eq!(w, Some(("Hi".to_string(), "stop".to_string(), tokens)));
+        let counted = WHOLE.replace(r#"{"total_tokens":3}"#, r#"{"prompt_tokens":1,"completion_tokens":2}"#);
+        let tokens = Whole::read(counted.as_bytes()).map(|w| w.tokens());
+        assert_eq!(tokens, Some(Tokens { prompt_tokens: Some(1), completion_tokens: Some(2) }));
         for (from, to) in [
             (r#""content":"Hi""#, r#""content":null"#),
             (r#""content":"Hi""#, r#""content":"Hi","tool_calls":null"#),

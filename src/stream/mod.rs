@@ -2,11 +2,13 @@
 //! non-streamed answer is turned into one chunk, normalized like any stream,
 //! then assembled back ([`aggregate`]). That is what makes both outcomes
 //! identical. A streamed chunk the normalizer would not change is forwarded
-//! as it came ([`Normalizer::forward`], read by [`forward`]).
+//! as it came ([`Normalizer::forward`], read by [`forward`]), and so is a
+//! whole answer ([`Normalizer::whole_as_is`]).
 
 pub mod aggregate;
 mod forward;
 pub mod normalize;
 
 pub use aggregate::{Assembler, completion_to_chunk};
+pub use forward::Tokens;
 pub use normalize::Normalizer;

@@ -205,13 +205,15 @@ impl Normalizer {
     /// a plain answer ([`Whole`](super::forward::Whole): one choice, the
     /// assistant's text and nothing the normalizer rewrites), text the
     /// extractor lets pass whole, and a finish reason the profile keeps.
-    pub fn whole_as_is(&self, body: &[u8]) -> bool {
-        let Some(w) = super::forward::Whole::read(body) else { return false };
+    /// `Some` with the token counts of its usage (it is read only here).
+    pub fn whole_as_is(&self, body: &[u8]) -> Option<super::Tokens> {
+        let w = super::forward::Whole::read(body)?;
         let finish = w.finish_reason();
         let kept = !self.s.finish_map.contains_key(finish) && common_finish(finish) == finish && finish != "tool_calls";
         // The choice's extractor as `push` would make it. The text's trailing
         // whitespace is held and given back at the end, as nothing follows.
-        kept && self.extractor().pass(w.content(), true).is_some_and(|p| p.lead.is_empty())
+        let passes = kept && self.extractor().pass(w.content(), true).is_some_and(|p| p.lead.is_empty());
+        passes.then(|| w.tokens())
     }
 
     fn push_choice(&mut self, choice: ChunkChoice, extra: &Map<String, Value>, out: &mut Vec<Chunk>) {
