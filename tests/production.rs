@@ -16,7 +16,7 @@ use axum::response::Response;
 use common::*;
 use modelshim::config::{Config, ModelAlias, ProviderConfig};
 use serde_json::{Value, json};
-use wiremock::matchers::{method, path};
+use wiremock::matchers::{header, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 const KEY: &str = "sk-proxy-test-key-1";
@@ -668,9 +668,6 @@ async fn graceful_shutdown_cuts_streams_at_the_deadline() {
     tokio::time::timeout(Duration::from_secs(5), server).await.expect("server stops").unwrap().unwrap();
 }
 
-/// `[telemetry]`: the real binary exports the request's spans over OTLP/HTTP
-/// to a collector (here a wiremock), joined to the client's `traceparent`,
-/// and flushes them on SIGTERM.
 /// One chat request with one extra header to a `serve_process`; its status.
 async fn say_hi(p: &ServeProcess, header: &str, value: &str) -> u16 {
     let url = p.proxy.url("/v1/chat/completions");
@@ -694,6 +691,43 @@ async fn the_access_log_line_names_the_request() {
     assert!(line.contains("id=\"req-log-7\"") && line.contains("status=200"), "{line}");
 }
 
+/// The environment's proxy settings hold for every upstream, whichever of the
+/// two clients sends: a proxied cleartext upstream is reached through the
+/// proxy (absolute-form request, `Host` of the upstream), one exempted by
+/// `NO_PROXY` directly.
+#[tokio::test]
+async fn the_environments_http_proxy_is_honoured() {
+    let forward_proxy = MockServer::start().await;
+    let via = completion(json!({"role": "assistant", "content": "via the proxy"}), "stop");
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .and(header("host", "llm.internal.example"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(via))
+        .expect(1)
+        .mount(&forward_proxy)
+        .await;
+    let upstream = MockServer::start().await;
+    let direct = completion(json!({"role": "assistant", "content": "direct"}), "stop");
+    Mock::given(method("POST")).respond_with(ResponseTemplate::new(200).set_body_json(direct)).mount(&upstream).await;
+    let config = format!(
+        "[providers.far]\nprofile = \"openai\"\nbase_url = \"http://llm.internal.example/v1\"\n\
+         [providers.near]\nprofile = \"openai\"\nbase_url = \"{}/v1\"\n",
+        upstream.uri()
+    );
+    let p = serve_process(&config, &[("HTTP_PROXY", &forward_proxy.uri()), ("NO_PROXY", "127.0.0.1")]).await;
+    for (model, said) in [("far/m", "via the proxy"), ("near/m", "direct")] {
+        let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+        let r = p.proxy.http.post(p.proxy.url("/v1/chat/completions")).json(&body).send().await.unwrap();
+        assert_eq!(r.status(), 200, "{model}: {}", p.log());
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["choices"][0]["message"]["content"], said);
+    }
+    assert_eq!(upstream.received_requests().await.unwrap().len(), 1);
+}
+
+/// `[telemetry]`: the real binary exports the request's spans over OTLP/HTTP
+/// to a collector (here a wiremock), joined to the client's `traceparent`,
+/// and flushes them on SIGTERM.
 #[tokio::test]
 async fn spans_are_exported_over_otlp_and_join_the_clients_trace() {
     let upstream = MockServer::start().await;

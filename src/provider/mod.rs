@@ -60,6 +60,9 @@ pub struct Provider {
     /// `<base_url>/chat/completions`, parsed once: the URL of nearly every
     /// request (`None` if it does not parse; the request then reports it).
     chat_url: Option<reqwest::Url>,
+    /// The same URL when chat requests go straight through hyper's client
+    /// (see [`upstream::direct_uri`]).
+    direct_chat: Option<http::Uri>,
     /// The key, read from the environment at startup; never logged.
     api_key: Option<String>,
     pub mode: ToolMode,
@@ -85,6 +88,12 @@ impl Provider {
     /// (`chat/completions`); other paths are joined to `base_url` per call.
     pub fn parsed_url(&self, path: &str) -> Option<reqwest::Url> {
         self.chat_url.as_ref().filter(|_| path.trim_start_matches('/') == "chat/completions").cloned()
+    }
+
+    /// The direct-client URI of `path`, for `chat/completions` to a cleartext,
+    /// unproxied upstream.
+    pub fn direct_url(&self, path: &str) -> Option<&http::Uri> {
+        self.direct_chat.as_ref().filter(|_| path.trim_start_matches('/') == "chat/completions")
     }
 
     /// Whether `model`'s tools are emulated by prompt (the provider's mode,
@@ -240,6 +249,7 @@ impl Providers {
             let provider = Provider {
                 name: name.clone(),
                 chat_url: reqwest::Url::parse(&format!("{base_url}/chat/completions")).ok(),
+                direct_chat: upstream::direct_uri(&format!("{base_url}/chat/completions")),
                 base_url,
                 api_key,
                 mode: pc.tool_calls.or(profile.tools.mode).unwrap_or_default(),

@@ -68,9 +68,15 @@ impl Recorder {
     }
 
     /// Starts recording one exchange.
-    pub fn start(self: &Arc<Self>, provider: &str, request: &reqwest::Request, body: Value) -> Recording {
-        let headers = request
-            .headers()
+    pub fn start(
+        self: &Arc<Self>,
+        provider: &str,
+        method: &str,
+        path: &str,
+        headers: &http::HeaderMap,
+        body: Value,
+    ) -> Recording {
+        let headers = headers
             .iter()
             .map(|(k, v)| {
                 let name = k.as_str().to_ascii_lowercase();
@@ -90,12 +96,7 @@ impl Recorder {
             model,
             recorded_at,
             client_request: None,
-            request: RecordedRequest {
-                method: request.method().as_str().to_string(),
-                path: request.url().path().to_string(),
-                headers,
-                body,
-            },
+            request: RecordedRequest { method: method.to_string(), path: path.to_string(), headers, body },
             response: RecordedResponse { status: 0, headers: BTreeMap::new(), body: None, text: None, sse: None },
         };
         Recording { recorder: self.clone(), fx, last: Instant::now() }
@@ -150,7 +151,7 @@ pub struct Recording {
 impl Recording {
     /// The response status and headers (credentials and transfer headers
     /// left out).
-    pub fn head(&mut self, status: u16, headers: &reqwest::header::HeaderMap) {
+    pub fn head(&mut self, status: u16, headers: &http::HeaderMap) {
         self.fx.response.status = status;
         for (k, v) in headers {
             let name = k.as_str().to_ascii_lowercase();

@@ -2,12 +2,22 @@
 //! applies the connect / first-byte / idle timeouts, and turns the answer into
 //! either one JSON body or a stream of SSE `data` payloads. With a
 //! [`Recorder`] every exchange is also written as a fixture (`serve --record`).
+//!
+//! Two clients, one behaviour: chat requests to a cleartext upstream that no
+//! proxy setting intercepts (a self-hosted engine next door, where the
+//! proxy's own cost is most of the added latency) go through hyper's client
+//! directly, with the URL parsed once per provider; everything else
+//! (TLS, proxies from the environment, other paths) through reqwest.
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures_util::Stream;
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use http_body_util::{BodyExt, Either, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::Value;
 
 use super::record::{Recorder, Recording};
@@ -25,7 +35,7 @@ pub enum Reply {
 /// A whole JSON answer as the upstream sent it. Each reader parses it into
 /// what it needs (the chat path straight into a typed completion), so no
 /// JSON tree is built and thrown away on the way.
-pub struct JsonBody(bytes::Bytes);
+pub struct JsonBody(Bytes);
 
 impl JsonBody {
     /// The body as the upstream sent it.
@@ -33,7 +43,7 @@ impl JsonBody {
         &self.0
     }
 
-    pub fn into_bytes(self) -> bytes::Bytes {
+    pub fn into_bytes(self) -> Bytes {
         self.0
     }
 
@@ -49,11 +59,59 @@ impl JsonBody {
     }
 }
 
-/// The HTTP client to every upstream: one connection pool per serving
-/// thread (see [`use_thread_clients`]), one shared by every other thread.
+/// The client of direct (cleartext, unproxied) chat requests.
+type Direct = hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>;
+
+/// An answer from either client.
+type Answer = http::Response<Either<hyper::body::Incoming, reqwest::Body>>;
+
+/// The upstream URI of `url` when requests to it may skip reqwest: plain
+/// `http` and not intercepted by the proxy settings of the environment
+/// (`HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`: read as reqwest reads them).
+pub fn direct_uri(url: &str) -> Option<http::Uri> {
+    static PROXIES: std::sync::LazyLock<hyper_util::client::proxy::matcher::Matcher> =
+        std::sync::LazyLock::new(hyper_util::client::proxy::matcher::Matcher::from_system);
+    let uri: http::Uri = url.parse().ok()?;
+    (uri.scheme_str() == Some("http") && uri.host().is_some() && PROXIES.intercept(&uri).is_none()).then_some(uri)
+}
+
+/// Both clients of one connection pool owner (a serving thread, or the
+/// shared one).
+#[derive(Clone)]
+struct Clients {
+    pooled: reqwest::Client,
+    /// Shared, not cloned per request: the client carries its whole config.
+    direct: Arc<Direct>,
+}
+
+impl Clients {
+    fn new(connect_timeout: Duration) -> Result<Self, String> {
+        let pooled = reqwest::Client::builder()
+            .connect_timeout(connect_timeout)
+            .tcp_nodelay(true)
+            .pool_idle_timeout(IDLE_POOLED)
+            .build()
+            .map_err(|e| format!("cannot build HTTP client: {e}"))?;
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(connect_timeout));
+        connector.set_nodelay(true);
+        let direct = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .pool_timer(hyper_util::rt::TokioTimer::new())
+            .pool_idle_timeout(IDLE_POOLED)
+            .build(connector);
+        Ok(Clients { pooled, direct: Arc::new(direct) })
+    }
+}
+
+/// How long an unused upstream connection is kept for the next request.
+const IDLE_POOLED: Duration = Duration::from_secs(90);
+
+/// The HTTP clients to every upstream: one pair of connection pools per
+/// serving thread (see [`use_thread_clients`]), one shared by every other
+/// thread.
 #[derive(Clone)]
 pub struct Upstream {
-    client: reqwest::Client,
+    clients: Clients,
     connect_timeout: Duration,
     /// Tells this `Upstream`'s per-thread clients from another's.
     id: u64,
@@ -65,7 +123,7 @@ thread_local! {
     /// connections are driven by tasks on the runtime that opened them, so a
     /// pool shared between the threads' runtimes would hand a request to
     /// another thread's connection and wake that thread for every read.
-    static THREAD_CLIENTS: std::cell::RefCell<Option<Vec<(u64, reqwest::Client)>>> =
+    static THREAD_CLIENTS: std::cell::RefCell<Option<Vec<(u64, Clients)>>> =
         const { std::cell::RefCell::new(None) };
 }
 
@@ -75,15 +133,6 @@ pub fn use_thread_clients() {
     THREAD_CLIENTS.with(|c| *c.borrow_mut() = Some(Vec::new()));
 }
 
-fn build_client(connect_timeout: Duration) -> Result<reqwest::Client, String> {
-    reqwest::Client::builder()
-        .connect_timeout(connect_timeout)
-        .tcp_nodelay(true)
-        .pool_idle_timeout(Duration::from_secs(90))
-        .build()
-        .map_err(|e| format!("cannot build HTTP client: {e}"))
-}
-
 /// reqwest (and every HTTP client of ours: http_fetch, MCP, OTLP) is built
 /// without a default crypto provider; ring keeps the build free of cmake.
 /// Installing twice is harmless.
@@ -91,26 +140,41 @@ pub fn install_crypto_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// One request, built for the client that sends it.
+enum Outgoing {
+    Direct(Arc<Direct>, http::Request<Full<Bytes>>),
+    Pooled(reqwest::Client, reqwest::Request),
+}
+
+impl Outgoing {
+    fn parts(&self) -> (&http::Method, &str, &HeaderMap) {
+        match self {
+            Outgoing::Direct(_, r) => (r.method(), r.uri().path(), r.headers()),
+            Outgoing::Pooled(_, r) => (r.method(), r.url().path(), r.headers()),
+        }
+    }
+}
+
 impl Upstream {
     pub fn new(connect_timeout: Duration) -> Result<Self, String> {
         install_crypto_provider();
         static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let id = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(Upstream { client: build_client(connect_timeout)?, connect_timeout, id, recorder: None })
+        Ok(Upstream { clients: Clients::new(connect_timeout)?, connect_timeout, id, recorder: None })
     }
 
-    /// This thread's client (see [`use_thread_clients`]), else the shared one.
-    fn client(&self) -> reqwest::Client {
+    /// This thread's clients (see [`use_thread_clients`]), else the shared ones.
+    fn clients(&self) -> Clients {
         THREAD_CLIENTS.with(|c| {
             let mut c = c.borrow_mut();
-            let Some(mine) = c.as_mut() else { return self.client.clone() };
-            if let Some((_, client)) = mine.iter().find(|(id, _)| *id == self.id) {
-                return client.clone();
+            let Some(mine) = c.as_mut() else { return self.clients.clone() };
+            if let Some((_, clients)) = mine.iter().find(|(id, _)| *id == self.id) {
+                return clients.clone();
             }
-            // Built like the shared one, which proved the settings valid.
-            let client = build_client(self.connect_timeout).unwrap_or_else(|_| self.client.clone());
-            mine.push((self.id, client.clone()));
-            client
+            // Built like the shared ones, which proved the settings valid.
+            let clients = Clients::new(self.connect_timeout).unwrap_or_else(|_| self.clients.clone());
+            mine.push((self.id, clients.clone()));
+            clients
         })
     }
 
@@ -120,33 +184,61 @@ impl Upstream {
         self
     }
 
-    fn request(&self, p: &Provider, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let client = self.client();
-        let mut rb = match p.parsed_url(path) {
-            Some(url) => client.request(method, url),
-            None => client.request(method, format!("{}/{}", p.base_url, path.trim_start_matches('/'))),
-        };
-        if let Some(key) = p.api_key() {
-            rb = match &p.profile.auth_header {
-                Some(h) => rb.header(h.as_str(), key),
-                None => rb.bearer_auth(key),
-            };
+    /// Builds a request to `path` with the provider's key and, if given, a
+    /// JSON body.
+    fn request(
+        &self,
+        p: &Provider,
+        method: http::Method,
+        path: &str,
+        json: Option<Vec<u8>>,
+    ) -> Result<Outgoing, UpstreamError> {
+        let clients = self.clients();
+        let mut headers = HeaderMap::with_capacity(3);
+        headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
+        if json.is_some() {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }
-        rb
+        if let Some(key) = p.api_key() {
+            let (name, value) = match &p.profile.auth_header {
+                Some(h) => {
+                    (HeaderName::from_bytes(h.as_bytes()).map_err(|e| bad_request(p, &e))?, HeaderValue::from_str(key))
+                }
+                None => (AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {key}"))),
+            };
+            let mut value = value.map_err(|e| bad_request(p, &e))?;
+            value.set_sensitive(true);
+            headers.insert(name, value);
+        }
+        let body = json.map(Bytes::from).unwrap_or_default();
+        if let Some(uri) = p.direct_url(path) {
+            let mut req = http::Request::new(Full::new(body));
+            *req.method_mut() = method;
+            *req.uri_mut() = uri.clone();
+            *req.headers_mut() = headers;
+            return Ok(Outgoing::Direct(clients.direct, req));
+        }
+        let rb = match p.parsed_url(path) {
+            Some(url) => clients.pooled.request(method, url),
+            None => clients.pooled.request(method, format!("{}/{}", p.base_url, path.trim_start_matches('/'))),
+        };
+        let req = rb.headers(headers).body(body).build().map_err(|e| bad_request(p, &e))?;
+        Ok(Outgoing::Pooled(clients.pooled, req))
     }
 
     /// POSTs a JSON body and classifies the answer.
     pub async fn post(&self, p: &Provider, path: &str, body: &impl serde::Serialize) -> Result<Reply, UpstreamError> {
-        let rb = self.request(p, reqwest::Method::POST, path).json(body);
+        let json = serde_json::to_vec(body).map_err(|e| bad_request(p, &e))?;
+        let out = self.request(p, http::Method::POST, path, Some(json))?;
         let recorded = || serde_json::to_value(body).unwrap_or(Value::Null);
-        let (resp, mut rec) = self.send(p, rb, recorded).await?;
+        let (resp, mut rec) = self.send(p, out, recorded).await?;
         let status = resp.status().as_u16();
         if let Some(r) = rec.as_mut() {
             r.head(status, resp.headers());
         }
         let is_sse = resp
             .headers()
-            .get(reqwest::header::CONTENT_TYPE)
+            .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if status >= 400 {
@@ -156,7 +248,7 @@ impl Upstream {
         }
         let idle = Duration::from_secs_f64(p.upstream.idle_timeout_secs);
         if is_sse {
-            return Ok(Reply::Events(super::sse_in::events(resp.bytes_stream(), idle, rec)));
+            return Ok(Reply::Events(super::sse_in::events(resp.into_body().into_data_stream(), idle, rec)));
         }
         let bytes = read(resp, rec).await?;
         if looks_like_sse(&bytes) {
@@ -187,7 +279,8 @@ impl Upstream {
 
     /// GETs a path and returns the JSON body.
     pub async fn get_json(&self, p: &Provider, path: &str) -> Result<Value, UpstreamError> {
-        let (resp, mut rec) = self.send(p, self.request(p, reqwest::Method::GET, path), || Value::Null).await?;
+        let out = self.request(p, http::Method::GET, path, None)?;
+        let (resp, mut rec) = self.send(p, out, || Value::Null).await?;
         let status = resp.status().as_u16();
         if let Some(r) = rec.as_mut() {
             r.head(status, resp.headers());
@@ -204,25 +297,56 @@ impl Upstream {
     async fn send(
         &self,
         p: &Provider,
-        rb: reqwest::RequestBuilder,
+        out: Outgoing,
         body: impl FnOnce() -> Value,
-    ) -> Result<(reqwest::Response, Option<Recording>), UpstreamError> {
-        let (client, req) = rb.build_split();
-        let req = req.map_err(|e| UpstreamError::Connect(format!("{}: {}", p.name, error_chain(&e))))?;
-        let rec = self.recorder.as_ref().map(|r| r.start(&p.name, &req, body()));
+    ) -> Result<(Answer, Option<Recording>), UpstreamError> {
+        let rec = self.recorder.as_ref().map(|r| {
+            let (method, path, headers) = out.parts();
+            r.start(&p.name, method.as_str(), path, headers, body())
+        });
         let limit = Duration::from_secs_f64(p.upstream.first_byte_timeout_secs);
-        match tokio::time::timeout(limit, client.execute(req)).await {
+        let sent = async {
+            match out {
+                Outgoing::Direct(client, req) => match client.request(req).await {
+                    Ok(r) => Ok(r.map(Either::Left)),
+                    Err(e) if timed_out(&e) => Err(UpstreamError::Timeout(format!("{}: {}", p.name, error_chain(&e)))),
+                    Err(e) => Err(UpstreamError::Connect(format!("{}: {}", p.name, error_chain(&e)))),
+                },
+                Outgoing::Pooled(client, req) => match client.execute(req).await {
+                    Ok(r) => Ok(http::Response::from(r).map(Either::Right)),
+                    Err(e) if e.is_timeout() => Err(UpstreamError::Timeout(format!("{}: {e}", p.name))),
+                    Err(e) => Err(UpstreamError::Connect(format!("{}: {}", p.name, error_chain(&e)))),
+                },
+            }
+        };
+        match tokio::time::timeout(limit, sent).await {
             Err(_) => Err(UpstreamError::Timeout(format!("{} sent no response within {limit:?}", p.name))),
-            Ok(Err(e)) if e.is_timeout() => Err(UpstreamError::Timeout(format!("{}: {e}", p.name))),
-            Ok(Err(e)) => Err(UpstreamError::Connect(format!("{}: {}", p.name, error_chain(&e)))),
-            Ok(Ok(r)) => Ok((r, rec)),
+            Ok(r) => r.map(|resp| (resp, rec)),
         }
     }
 }
 
+/// A request that cannot be built (a key or auth header name that is not a
+/// valid header): reported like a failed connection, as it never left.
+fn bad_request(p: &Provider, e: &dyn std::error::Error) -> UpstreamError {
+    UpstreamError::Connect(format!("{}: cannot build the request: {e}", p.name))
+}
+
+/// Whether hyper's client gave up connecting because of the connect timeout.
+fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut src = Some(e);
+    while let Some(x) = src {
+        if x.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut) {
+            return true;
+        }
+        src = x.source();
+    }
+    false
+}
+
 /// Reads a whole body (and records it).
-async fn read(resp: reqwest::Response, rec: Option<Recording>) -> Result<bytes::Bytes, UpstreamError> {
-    let bytes = resp.bytes().await.map_err(|e| UpstreamError::Connect(e.to_string()))?;
+async fn read(resp: Answer, rec: Option<Recording>) -> Result<Bytes, UpstreamError> {
+    let bytes = resp.into_body().collect().await.map_err(|e| UpstreamError::Connect(error_chain(&*e)))?.to_bytes();
     if let Some(r) = rec {
         r.body(&bytes);
     }
@@ -244,4 +368,26 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         src = x.source();
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_cleartext_urls_may_go_direct() {
+        assert_eq!(direct_uri("https://api.deepseek.com/chat/completions"), None);
+        assert_eq!(direct_uri("not a url"), None);
+        assert_eq!(direct_uri("/chat/completions"), None);
+        // Whether a cleartext URL goes direct also depends on the
+        // environment's proxies (tests/production.rs covers both ways).
+    }
+
+    #[test]
+    fn a_connect_timeout_is_told_from_other_failures() {
+        let timeout = std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timeout");
+        let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        assert!(timed_out(&timeout));
+        assert!(!timed_out(&refused));
+    }
 }
