@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, OnceLock, RwLock};
 use std::time::Duration;
 
-use metrics::{Counter, Histogram, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram};
+use metrics::{
+    Counter, Gauge, Histogram, counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram,
+};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Requests by provider, model and HTTP status.
@@ -83,8 +85,14 @@ fn describe() {
     describe_gauge!(STATE_UP, "1 while the state backend answers");
     // Registered up front so dashboards see them before the first event.
     counter!(LOOP_ITERATIONS).increment(0);
-    gauge!(IN_FLIGHT).set(0.0);
+    let in_flight = gauge!(IN_FLIGHT);
+    in_flight.set(0.0);
+    let _ = IN_FLIGHT_GAUGE.set(in_flight);
 }
+
+/// The in-flight gauge's handle, kept once the recorder is installed: two
+/// updates per request would otherwise look it up in the registry.
+static IN_FLIGHT_GAUGE: OnceLock<Gauge> = OnceLock::new();
 
 /// The Prometheus text exposition.
 pub fn render() -> String {
@@ -120,7 +128,10 @@ impl Series {
 /// grow the cache.
 const MAX_SERIES: usize = 4096;
 
-type SeriesMap = HashMap<Box<str>, HashMap<Box<str>, Arc<Series>>>;
+/// foldhash, not SipHash: two lookups per call, several calls per request,
+/// and the map is capped ([`MAX_SERIES`]), so flooding it gains nothing.
+type Hasher = foldhash::fast::RandomState;
+type SeriesMap = HashMap<Box<str>, HashMap<Box<str>, Arc<Series>, Hasher>, Hasher>;
 static SERIES: LazyLock<RwLock<SeriesMap>> = LazyLock::new(Default::default);
 
 fn series(provider: &str, model: &str) -> Arc<Series> {
@@ -197,7 +208,10 @@ pub fn refused(reason: &'static str) {
 }
 
 pub fn in_flight(delta: f64) {
-    gauge!(IN_FLIGHT).increment(delta);
+    match IN_FLIGHT_GAUGE.get() {
+        Some(g) => g.increment(delta),
+        None => gauge!(IN_FLIGHT).increment(delta),
+    }
 }
 
 pub fn state_error(backend: &'static str, op: &'static str) {

@@ -95,6 +95,11 @@ impl Clients {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(connect_timeout));
         connector.set_nodelay(true);
+        // TCP keepalive as reqwest sets it: a long stream through a NAT or a
+        // load balancer is not dropped as idle, and a dead peer is noticed.
+        connector.set_keepalive(Some(TCP_KEEPALIVE));
+        connector.set_keepalive_interval(Some(TCP_KEEPALIVE));
+        connector.set_keepalive_retries(Some(3));
         let direct = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .pool_timer(hyper_util::rt::TokioTimer::new())
             .pool_idle_timeout(IDLE_POOLED)
@@ -105,6 +110,8 @@ impl Clients {
 
 /// How long an unused upstream connection is kept for the next request.
 const IDLE_POOLED: Duration = Duration::from_secs(90);
+/// Idle time before the first TCP keepalive probe, and between probes.
+const TCP_KEEPALIVE: Duration = Duration::from_secs(15);
 
 /// The HTTP clients to every upstream: one pair of connection pools per
 /// serving thread (see [`use_thread_clients`]), one shared by every other
