@@ -472,20 +472,21 @@ async fn circuit_half_opens_and_closes() {
 
 // ------------------------------------------------------------- metrics
 
+/// A proxy with a provider `name` of its own (the test vendor's profile) in
+/// front of `url`, so the metric series a test reads are that test's alone.
+async fn proxy_with_provider(name: &str, url: &str) -> Proxy {
+    proxy_with("", url, |c| {
+        let base_url = Some(format!("{url}/v1"));
+        c.providers
+            .insert(name.into(), ProviderConfig { profile: Some("testvendor".into()), base_url, ..Default::default() });
+    })
+    .await
+}
+
 #[tokio::test]
 async fn metrics_after_traffic() {
     let (url, _) = scripted(vec![], Act::Stream { n: 2, gap: Duration::ZERO, size: 1 }).await;
-    let p = proxy_with("", &url, |c| {
-        c.providers.insert(
-            "metricsprov".into(),
-            ProviderConfig {
-                profile: Some("testvendor".into()),
-                base_url: Some(format!("{url}/v1")),
-                ..Default::default()
-            },
-        );
-    })
-    .await;
+    let p = proxy_with_provider("metricsprov", &url).await;
     let req = json!({"model": "metricsprov/mm", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
     let (st, _) = p.chat_stream(req).await;
     assert_eq!(st, 200);
@@ -778,18 +779,7 @@ async fn token_counts_are_kept_whether_an_answer_is_sent_as_is_or_normalized() {
         .respond_with(ResponseTemplate::new(200).set_body_json(answer("<think>hmm</think>Hello.", 7, 11)))
         .mount(&server)
         .await;
-    let uri = server.uri();
-    let p = proxy_with("", &uri, |c| {
-        c.providers.insert(
-            "tokprov".into(),
-            ProviderConfig {
-                profile: Some("testvendor".into()),
-                base_url: Some(format!("{uri}/v1")),
-                ..Default::default()
-            },
-        );
-    })
-    .await;
+    let p = proxy_with_provider("tokprov", &server.uri()).await;
     for _ in 0..2 {
         let (st, body) = p.chat(json!({"model": "tokprov/mm", "messages": [{"role": "user", "content": "hi"}]})).await;
         assert_eq!((st, &body["choices"][0]["message"]["content"]), (200, &json!("Hello.")), "{body}");
