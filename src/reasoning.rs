@@ -21,7 +21,7 @@ pub async fn remember(store: &dyn StateStore, ttl: std::time::Duration, captures
     for c in captures.iter().filter(|c| !c.reasoning.is_empty()) {
         let value = json!({ "reasoning": c.reasoning });
         let mut keys: Vec<String> = c.call_ids.iter().map(|id| format!("id:{id}")).collect();
-        keys.push(format!("msg:{}", message_hash(&c.content, &c.call_ids)));
+        keys.push(format!("msg:{}", c.message_hash));
         for k in keys {
             if let Err(e) = store.put(ns::REASONING, &k, value.clone(), ttl).await {
                 tracing::warn!(store = store.kind(), "cannot remember reasoning: {e}");
@@ -33,13 +33,52 @@ pub async fn remember(store: &dyn StateStore, ttl: std::time::Duration, captures
 
 /// A stable hash of a visible assistant turn: its text and its call ids.
 fn message_hash(content: &str, ids: &[String]) -> String {
-    let mut h = Sha256::new();
-    h.update(content.trim().as_bytes());
-    for id in ids {
-        h.update(b"\0");
-        h.update(id.as_bytes());
+    let mut t = TurnHash::default();
+    t.push(content);
+    t.finish(ids)
+}
+
+/// [`message_hash`] fed as the turn's text streams in, so a stream keeps a
+/// hash state instead of its whole text. The text is hashed trimmed: leading
+/// whitespace is skipped and a run of trailing whitespace is held back until
+/// more text follows it.
+#[derive(Clone, Default)]
+pub struct TurnHash {
+    h: Sha256,
+    started: bool,
+    /// Whitespace after the last text hashed, hashed only if text follows.
+    ws: String,
+}
+
+impl TurnHash {
+    pub fn push(&mut self, mut text: &str) {
+        if !self.started {
+            text = text.trim_start();
+            if text.is_empty() {
+                return;
+            }
+            self.started = true;
+        }
+        let body = text.trim_end();
+        if body.is_empty() {
+            self.ws.push_str(text);
+            return;
+        }
+        self.h.update(self.ws.as_bytes());
+        self.ws.clear();
+        self.h.update(body.as_bytes());
+        self.ws.push_str(&text[body.len()..]);
     }
-    h.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect()
+
+    /// The hash of the text so far with these call ids.
+    pub fn finish(&self, ids: &[String]) -> String {
+        let mut h = self.h.clone();
+        for id in ids {
+            h.update(b"\0");
+            h.update(id.as_bytes());
+        }
+        h.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect()
+    }
 }
 
 fn call_ids(m: &Message) -> Vec<String> {
@@ -165,7 +204,11 @@ mod tests {
     #[tokio::test]
     async fn restores_by_id_and_strips_on_reject() {
         let store = MemoryStore::new(100);
-        let cap = Capture { call_ids: vec!["c1".into()], content: "Let me look.".into(), reasoning: "R1".into() };
+        let cap = Capture {
+            call_ids: vec!["c1".into()],
+            message_hash: message_hash("Let me look.", &["c1".into()]),
+            reasoning: "R1".into(),
+        };
         remember(&store, std::time::Duration::from_secs(60), &[cap]).await;
         let history = json!({"model": "m", "messages": [
             {"role": "user", "content": "q"},
@@ -195,5 +238,36 @@ mod tests {
         let mut r = req(h);
         prepare_history(&mut r, &p, "m", &store).await;
         assert!(!r.messages[1].extra.contains_key("reasoning_content"));
+    }
+
+    proptest::proptest! {
+        /// Fed in any pieces, the streamed hash is the hash of the trimmed
+        /// whole text (the key a later request looks the turn up by).
+        #[test]
+        fn turn_hash_is_split_invariant(
+            words in proptest::collection::vec("[ \t\n\u{3000}]{0,3}[a-z\u{4e2d}]{0,3}[ \n]{0,2}", 0..8),
+            cuts in proptest::collection::vec(0usize..64, 0..6),
+        ) {
+            let text: String = words.concat();
+            let ids = vec!["call_1".to_string(), "call_2".to_string()];
+            let mut reference = Sha256::new();
+            reference.update(text.trim().as_bytes());
+            for id in &ids {
+                reference.update(b"\0");
+                reference.update(id.as_bytes());
+            }
+            let want: String = reference.finalize().iter().take(16).map(|b| format!("{b:02x}")).collect();
+            let bounds: Vec<usize> = text.char_indices().map(|(i, _)| i).collect();
+            let mut at: Vec<usize> = cuts.iter().filter_map(|c| bounds.get(c % bounds.len().max(1)).copied()).collect();
+            at.sort_unstable();
+            let mut t = TurnHash::default();
+            let mut from = 0;
+            for cut in at.into_iter().chain([text.len()]) {
+                t.push(&text[from..cut.max(from)]);
+                from = cut.max(from);
+            }
+            proptest::prop_assert_eq!(t.finish(&ids), want.clone());
+            proptest::prop_assert_eq!(message_hash(&text, &ids), want);
+        }
     }
 }

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::openai::{Chunk, ChunkChoice, Delta, FunctionDelta, ToolCallDelta, new_call_id};
+use crate::reasoning::TurnHash;
 use crate::toolcall::{Call, Event, Extractor, FormatSet, Options, ToolIndex};
 
 /// Settings for one response.
@@ -55,9 +56,10 @@ struct ChoiceState {
     native: Vec<NativeCall>,
     next_call: u32,
     done: bool,
-    /// What this choice said, for [`Capture`].
+    /// What this choice said, for [`Capture`]: its reasoning, and its text
+    /// hashed as it streams (only the hash is ever stored).
     reasoning: String,
-    content: String,
+    turn: TurnHash,
     call_ids: Vec<String>,
 }
 
@@ -66,7 +68,8 @@ struct ChoiceState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Capture {
     pub call_ids: Vec<String>,
-    pub content: String,
+    /// The visible message's hash (`reasoning::TurnHash`).
+    pub message_hash: String,
     pub reasoning: String,
 }
 
@@ -102,6 +105,9 @@ impl Normalizer {
             return i;
         }
         let extractor = self.extractor();
+        // Room for the one choice nearly every answer has: a `Vec` grows to
+        // four at once, and every open stream would carry the other three.
+        self.choices.reserve_exact(1);
         self.choices.push(ChoiceState {
             index,
             extractor,
@@ -110,7 +116,7 @@ impl Normalizer {
             next_call: 0,
             done: false,
             reasoning: String::new(),
-            content: String::new(),
+            turn: TurnHash::default(),
             call_ids: Vec::new(),
         });
         self.choices.len() - 1
@@ -189,8 +195,8 @@ impl Normalizer {
         let at = p.content_at(payload);
         let passed = st.extractor.pass(text, at.is_some())?;
         let body = &text[..passed.keep];
-        st.content.push_str(&passed.lead);
-        st.content.push_str(body);
+        st.turn.push(&passed.lead);
+        st.turn.push(body);
         if passed.lead.is_empty() && passed.keep == text.len() {
             return Some(None);
         }
@@ -256,7 +262,7 @@ impl Normalizer {
                 continue;
             }
             let st = &mut self.choices[ci];
-            st.content.push_str(d.content.as_deref().unwrap_or(""));
+            st.turn.push(d.content.as_deref().unwrap_or(""));
             st.reasoning.push_str(d.reasoning_content.as_deref().unwrap_or(""));
             if !self.choices[ci].role_sent {
                 d.role = Some("assistant".into());
@@ -405,7 +411,7 @@ impl Normalizer {
             .filter(|c| !c.call_ids.is_empty())
             .map(|c| Capture {
                 call_ids: c.call_ids.clone(),
-                content: c.content.clone(),
+                message_hash: c.turn.finish(&c.call_ids),
                 reasoning: c.reasoning.clone(),
             })
             .collect()
