@@ -28,15 +28,18 @@ use super::upstream::Events;
 /// `[DONE]` ends the stream; a silence longer than `idle` ends it with a
 /// timeout error. A recording sees each event as it is passed on and is
 /// written when the stream ends.
-pub(super) fn events<S, E>(body: S, idle: Duration, mut rec: Option<Recording>) -> Events
+pub(super) fn events<S, E>(body: S, idle: Duration, rec: Option<Recording>) -> Events
 where
     S: Stream<Item = Result<Bytes, E>> + Send + 'static,
     E: std::fmt::Display + Send + 'static,
 {
     let mut pieces = Box::pin(event_aligned(body));
+    // Boxed: the generator keeps a slot for it all stream long, recording or not.
+    let mut rec = rec.map(Box::new);
     Box::pin(async_stream::stream! {
         // Made when a piece first needs it: most bodies never do.
-        let mut parser: Option<Parser> = None;
+        // Boxed: the generator keeps its slot all stream long.
+        let mut parser: Option<Box<Parser>> = None;
         let mut ended = false;
         // The last bytes given to the parser: it holds nothing when they end
         // a blank line.
@@ -79,7 +82,7 @@ where
                         continue;
                     }
                     fed_tail.push(&piece);
-                    parser.get_or_insert_with(Parser::new).push(piece);
+                    parser.get_or_insert_with(|| Box::new(Parser::new())).push(piece);
                 }
                 // The end of the body: the parser reads what it still holds.
                 None => {
@@ -89,7 +92,7 @@ where
                     }
                 }
             }
-            while let Some(ev) = parser.as_mut().and_then(Parser::next) {
+            while let Some(ev) = parser.as_mut().and_then(|p| p.next()) {
                 let ev = match ev {
                     Ok(ev) => ev,
                     Err(e) => {
