@@ -508,8 +508,11 @@ async fn metrics_after_traffic() {
 
 #[tokio::test]
 async fn slow_client_backpressures_the_upstream() {
-    // 2000 events of ~20 KB = ~40 MB the upstream could send at once.
-    let (url, script) = scripted(vec![], Act::Stream { n: 2000, gap: Duration::ZERO, size: 20_000 }).await;
+    // 4000 events of ~20 KB = ~80 MB the upstream could send at once. The
+    // kernel's socket buffers on the two hops autotune (receive buffers up to
+    // `tcp_rmem`'s maximum, 32 MiB on some machines), so what "nothing more"
+    // may hold is generous; reading ahead of the client would take it all.
+    let (url, script) = scripted(vec![], Act::Stream { n: 4000, gap: Duration::ZERO, size: 20_000 }).await;
     let p = proxy("", &url).await;
     let mut r = p.http.post(p.url("/v1/chat/completions")).json(&stream_req()).send().await.unwrap();
     assert_eq!(r.status(), 200);
@@ -519,12 +522,12 @@ async fn slow_client_backpressures_the_upstream() {
     // nothing more.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     let sent = script.bytes_out.load(Ordering::SeqCst);
-    assert!(sent < 16 << 20, "upstream sent {sent} bytes to a client that read one chunk");
+    assert!(sent < 40 << 20, "upstream sent {sent} bytes to a client that read one chunk");
     let mut total = first.len();
     while let Some(c) = r.chunk().await.unwrap() {
         total += c.len();
     }
-    assert!(total > 40_000_000, "the whole stream arrives once read: {total}");
+    assert!(total > 80_000_000, "the whole stream arrives once read: {total}");
 }
 
 // ----------------------------------------------------- graceful shutdown
