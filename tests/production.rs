@@ -622,6 +622,37 @@ async fn request_heads_are_limited_to_8_kib() {
     tokio::time::timeout(Duration::from_secs(5), server).await.expect("server stops").unwrap().unwrap();
 }
 
+/// A connection is HTTP/2 when it opens with the preface (prior knowledge),
+/// else HTTP/1.1, also when its first bytes come in pieces.
+#[tokio::test]
+async fn http2_and_http1_on_one_port() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (url, _) = scripted(vec![], Act::Stream { n: 2, gap: Duration::from_millis(1), size: 1 }).await;
+    let (addr, stop, server) = serve_with_shutdown(&url, Duration::from_secs(5), Some(1)).await;
+    let h2 = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    let r = h2.post(format!("http://{addr}/v1/chat/completions")).json(&stream_req()).send().await.unwrap();
+    assert_eq!((r.status().as_u16(), r.version()), (200, reqwest::Version::HTTP_2));
+    assert!(r.text().await.unwrap().ends_with("data: [DONE]\n\n"));
+
+    // "P" could begin the preface or "POST": the rest decides.
+    let body = stream_req().to_string();
+    let head = format!(
+        "OST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        body.len()
+    );
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    tcp.write_all(b"P").await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    tcp.write_all(format!("{head}{body}").as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), tcp.read_to_string(&mut answer)).await.unwrap().unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains("data: [DONE]"), "{answer}");
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(5), server).await.expect("server stops").unwrap().unwrap();
+}
+
 /// Many connections over two serving threads (both sockets take some),
 /// every answer right; and a port already listened on is refused, not shared.
 #[tokio::test]

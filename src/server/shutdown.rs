@@ -101,11 +101,16 @@ async fn accept(
     state: &Shared,
     stop: impl Future<Output = ()>,
 ) -> hyper_util::server::graceful::GracefulShutdown {
-    use hyper_util::rt::{TokioExecutor, TokioIo};
     let app = app(state.clone());
-    let mut http = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-    http.http1().max_buf_size(MAX_HEAD);
+    let mut h1 = hyper::server::conn::http1::Builder::new();
+    h1.max_buf_size(MAX_HEAD);
+    let h2 = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+    let builders = std::sync::Arc::new((h1, h2));
     let open = hyper_util::server::graceful::GracefulShutdown::new();
+    // Connections still waiting for their first bytes when `stop` comes
+    // are closed at once (they are not watched yet).
+    let closing = tokio_util::sync::CancellationToken::new();
+    let _closed = closing.clone().drop_guard();
     let mut stop = std::pin::pin!(stop);
     loop {
         let mut tcp = tokio::select! {
@@ -131,13 +136,59 @@ async fn accept(
         };
         no_delay(&mut tcp);
         let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        let conn = open.watch(http.serve_connection(TokioIo::new(tcp), service).into_owned());
+        let (builders, watcher, closing) = (builders.clone(), open.watcher(), closing.clone());
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let proto = tokio::select! {
+                biased;
+                () = closing.cancelled() => return,
+                p = sniff(&tcp) => p,
+            };
+            let io = hyper_util::rt::TokioIo::new(tcp);
+            let (h1, h2) = &*builders;
+            let r = match proto {
+                Proto::H1 => watcher.watch(h1.serve_connection(io, service)).await,
+                // Boxed, so the task is sized for the common HTTP/1.1 connection.
+                Proto::H2 => Box::pin(watcher.watch(h2.serve_connection(io, service))).await,
+            };
+            if let Err(e) = r {
                 tracing::trace!("connection ended: {e}");
             }
         });
     }
+}
+
+/// The HTTP/2 client preface (RFC 9113 §3.4).
+const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+#[derive(Debug, PartialEq, Eq)]
+enum Proto {
+    H1,
+    H2,
+}
+
+/// Which protocol a new connection speaks, from its first bytes, peeked and
+/// left in the socket for hyper to read. This is what hyper-util's `auto`
+/// builder does, without its read-ahead wrapper on every later read and
+/// without a connection state sized for both protocols (~1.7 KiB per
+/// connection more). No HTTP/1 method starts with `PRI`, so three bytes
+/// decide; a read error or an end is left for HTTP/1.1 to report.
+async fn sniff(tcp: &tokio::net::TcpStream) -> Proto {
+    let mut buf = [0u8; 3];
+    // A first segment of one or two bytes: look again a few times.
+    for _ in 0..100 {
+        let n = match tcp.peek(&mut buf).await {
+            Ok(n) => n,
+            Err(_) => return Proto::H1,
+        };
+        if n == 0 || buf[..n] != H2_PREFACE[..n] {
+            return Proto::H1;
+        }
+        if n == buf.len() {
+            return Proto::H2;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Proto::H1
 }
 
 /// Binds `addr` for `threads` serving threads. On Linux each thread gets a
