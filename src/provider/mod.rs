@@ -62,7 +62,7 @@ pub struct Provider {
     chat_url: Option<reqwest::Url>,
     /// The same URL when chat requests go straight through hyper's client
     /// (see [`upstream::direct_uri`]).
-    direct_chat: Option<http::Uri>,
+    direct_chat: Option<upstream::DirectUrl>,
     /// The key, read from the environment at startup; never logged.
     api_key: Option<String>,
     pub mode: ToolMode,
@@ -92,7 +92,7 @@ impl Provider {
 
     /// The direct-client URI of `path`, for `chat/completions` to a cleartext,
     /// unproxied upstream.
-    pub fn direct_url(&self, path: &str) -> Option<&http::Uri> {
+    pub fn direct_url(&self, path: &str) -> Option<&upstream::DirectUrl> {
         self.direct_chat.as_ref().filter(|_| path.trim_start_matches('/') == "chat/completions")
     }
 

@@ -76,8 +76,10 @@ impl Recorder {
         headers: &http::HeaderMap,
         body: Value,
     ) -> Recording {
+        // `Host` names the upstream of this run (its port), not the request.
         let headers = headers
             .iter()
+            .filter(|(k, _)| *k != http::header::HOST)
             .map(|(k, v)| {
                 let name = k.as_str().to_ascii_lowercase();
                 let value = if self.is_auth_header(&name) {

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::Stream;
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderName, HeaderValue};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderMap, HeaderName, HeaderValue};
 use http_body_util::{BodyExt, Either, Full};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::Value;
@@ -65,14 +65,31 @@ type Direct = hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>;
 /// An answer from either client.
 type Answer = http::Response<Either<hyper::body::Incoming, reqwest::Body>>;
 
-/// The upstream URI of `url` when requests to it may skip reqwest: plain
+/// An upstream URL that requests may send through hyper's client directly
+/// (see [`direct_uri`]), with its `Host` header made once.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirectUrl {
+    pub uri: http::Uri,
+    host: HeaderValue,
+}
+
+/// The upstream URL of `url` when requests to it may skip reqwest: plain
 /// `http` and not intercepted by the proxy settings of the environment
 /// (`HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`: read as reqwest reads them).
-pub fn direct_uri(url: &str) -> Option<http::Uri> {
+pub fn direct_uri(url: &str) -> Option<DirectUrl> {
     static PROXIES: std::sync::LazyLock<hyper_util::client::proxy::matcher::Matcher> =
         std::sync::LazyLock::new(hyper_util::client::proxy::matcher::Matcher::from_system);
     let uri: http::Uri = url.parse().ok()?;
-    (uri.scheme_str() == Some("http") && uri.host().is_some() && PROXIES.intercept(&uri).is_none()).then_some(uri)
+    if uri.scheme_str() != Some("http") || PROXIES.intercept(&uri).is_some() {
+        return None;
+    }
+    // As hyper's client writes it (the port only when not the default), but
+    // once per provider rather than formatted per request.
+    let host = match (uri.host()?, uri.port_u16()) {
+        (h, Some(port)) if port != 80 => HeaderValue::from_str(&format!("{h}:{port}")),
+        (h, _) => HeaderValue::from_str(h),
+    };
+    Some(DirectUrl { host: host.ok()?, uri })
 }
 
 /// Both clients of one connection pool owner (a serving thread, or the
@@ -103,6 +120,7 @@ impl Clients {
         let direct = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
             .pool_timer(hyper_util::rt::TokioTimer::new())
             .pool_idle_timeout(IDLE_POOLED)
+            .set_host(false)
             .build(connector);
         Ok(Clients { pooled, direct: Arc::new(direct) })
     }
@@ -201,7 +219,7 @@ impl Upstream {
         json: Option<Vec<u8>>,
     ) -> Result<Outgoing, UpstreamError> {
         let clients = self.clients();
-        let mut headers = HeaderMap::with_capacity(3);
+        let mut headers = HeaderMap::with_capacity(4);
         headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
         if json.is_some() {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
@@ -218,10 +236,12 @@ impl Upstream {
             headers.insert(name, value);
         }
         let body = json.map(Bytes::from).unwrap_or_default();
-        if let Some(uri) = p.direct_url(path) {
+        if let Some(url) = p.direct_url(path) {
+            // The client is built not to add `Host` (see `Clients::new`).
+            headers.insert(HOST, url.host.clone());
             let mut req = http::Request::new(Full::new(body));
             *req.method_mut() = method;
-            *req.uri_mut() = uri.clone();
+            *req.uri_mut() = url.uri.clone();
             *req.headers_mut() = headers;
             return Ok(Outgoing::Direct(clients.direct, req));
         }
@@ -386,6 +406,10 @@ mod tests {
         assert_eq!(direct_uri("https://api.deepseek.com/chat/completions"), None);
         assert_eq!(direct_uri("not a url"), None);
         assert_eq!(direct_uri("/chat/completions"), None);
+        let host = |url: &str| direct_uri(url).map(|d| d.host);
+        assert_eq!(host("http://127.0.0.1:8000/v1/chat/completions"), Some(HeaderValue::from_static("127.0.0.1:8000")));
+        assert_eq!(host("http://vllm.internal/v1/chat/completions"), Some(HeaderValue::from_static("vllm.internal")));
+        assert_eq!(host("http://[::1]:9/v1/chat/completions"), Some(HeaderValue::from_static("[::1]:9")));
         // Whether a cleartext URL goes direct also depends on the
         // environment's proxies (tests/production.rs covers both ways).
     }
