@@ -73,11 +73,19 @@ pub struct Capture {
     pub reasoning: String,
 }
 
+/// What every chunk of the response carries: taken from the first one.
+#[derive(Default)]
+struct Meta {
+    id: String,
+    created: u64,
+    model: String,
+}
+
 /// Normalizes one response.
 pub struct Normalizer {
     s: Settings,
     choices: Vec<ChoiceState>,
-    meta: Chunk,
+    meta: Meta,
     usage: Option<Value>,
     events: Vec<Event>,
     /// Finish chunks wait for the end of the upstream stream, so usage that
@@ -92,7 +100,7 @@ impl Normalizer {
         Normalizer {
             s,
             choices: Vec::new(),
-            meta: Chunk::default(),
+            meta: Meta::default(),
             usage: None,
             events: Vec::new(),
             held: Vec::new(),
