@@ -349,29 +349,48 @@ fn assemble(chunks: Vec<Chunk>) -> Value {
 fn sse<C: Into<Out> + Send + 'static>(
     chunks: impl Stream<Item = Result<C, UpstreamError>> + Send + 'static,
 ) -> Response {
-    // Boxed out here: pinned inside the generator, the chunk stream would be
-    // held twice (captured and pinned), ~1.7 KiB more per open stream.
-    let mut chunks = Box::pin(chunks);
-    let events = async_stream::stream! {
-        while let Some(c) = chunks.next().await {
-            match c.map(Into::into) {
-                Ok(Out::Same(data)) => yield super::sse::Event::data(&data),
-                Ok(Out::Chunk(c)) => match super::sse::chunk(&c) {
-                    Ok(ev) => yield ev,
-                    Err(ev) => {
-                        yield ev;
-                        return;
-                    }
-                },
-                Err(e) => {
-                    yield super::sse::upstream_error(&e);
-                    return;
-                }
-            }
+    super::sse::response(SseEvents { chunks: Box::pin(chunks), ended: false })
+}
+
+/// Normalized chunks as SSE events: `[DONE]` after the last, and after an
+/// error its in-band event and nothing more. A plain stream rather than a
+/// generator, whose slots for the chunk and the events in flight took room
+/// in every open stream.
+struct SseEvents<S> {
+    chunks: std::pin::Pin<Box<S>>,
+    ended: bool,
+}
+
+impl<C: Into<Out>, S: Stream<Item = Result<C, UpstreamError>>> Stream for SseEvents<S> {
+    type Item = super::sse::Event;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        if self.ended {
+            return Poll::Ready(None);
         }
-        yield super::sse::done();
-    };
-    super::sse::response(events)
+        let ev = match std::task::ready!(self.chunks.as_mut().poll_next(cx)) {
+            Some(Ok(c)) => match c.into() {
+                Out::Same(data) => super::sse::Event::data(&data),
+                Out::Chunk(c) => super::sse::chunk(&c).unwrap_or_else(|ev| {
+                    self.ended = true;
+                    ev
+                }),
+            },
+            Some(Err(e)) => {
+                self.ended = true;
+                super::sse::upstream_error(&e)
+            }
+            None => {
+                self.ended = true;
+                super::sse::done()
+            }
+        };
+        Poll::Ready(Some(ev))
+    }
 }
 
 impl From<Chunk> for Out {

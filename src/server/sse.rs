@@ -114,6 +114,9 @@ pub fn done() -> Event {
 pub fn response(events: impl Stream<Item = Event> + Send + 'static) -> Response {
     let body = Body::from_stream(Frames::new(events));
     let mut resp = body.into_response();
+    // Sized for these two and the request id (the default grows to eight
+    // entries, held as long as the stream is open).
+    *resp.headers_mut() = axum::http::HeaderMap::with_capacity(3);
     let h = resp.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream"));
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
