@@ -11,7 +11,7 @@
 //! frame each.
 
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -129,15 +129,20 @@ pub fn response(events: impl Stream<Item = Event> + Send + 'static) -> Response 
 struct Frames {
     events: Pin<Box<dyn Stream<Item = Event> + Send>>,
     idle: Option<Pin<Box<Sleep>>>,
+    /// The waker the timer was last polled with.
+    waker: Option<Waker>,
     last: Instant,
     ended: bool,
 }
 
 impl Frames {
     fn new(events: impl Stream<Item = Event> + Send + 'static) -> Self {
-        Frames { events: Box::pin(events), idle: None, last: Instant::now(), ended: false }
+        Frames { events: Box::pin(events), idle: None, waker: None, last: Instant::now(), ended: false }
     }
 }
+
+/// A timer this close to its deadline is polled, not trusted to wake us.
+const DUE: Duration = Duration::from_millis(1);
 
 impl Stream for Frames {
     type Item = Result<Bytes, std::convert::Infallible>;
@@ -186,11 +191,22 @@ impl Stream for Frames {
         }
         // Waiting: the timer was set from the last write it knew of; when it
         // fires early (writes since), it is moved to the real deadline.
-        if this.idle.is_none() {
+        let arming = this.idle.is_none();
+        if arming {
             this.last = Instant::now();
         }
         let last = this.last;
         let idle = this.idle.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(last + KEEP_ALIVE)));
+        // A polled timer keeps the waker it was given: it is polled again only
+        // when due or for another waker (a poll of it per wait cost about a
+        // sixteenth of a re-emitted chunk's instructions, callgrind).
+        let same = this.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker()));
+        if !arming && same && Instant::now() + DUE < idle.deadline() {
+            return Poll::Pending;
+        }
+        if !same {
+            this.waker = Some(cx.waker().clone());
+        }
         loop {
             match idle.as_mut().poll(cx) {
                 Poll::Pending => return Poll::Pending,
@@ -237,6 +253,34 @@ mod tests {
         assert_eq!(frames.next().await.and_then(Result::ok), Some(Bytes::from_static(b":\n\n")));
         drop(tx);
         assert_eq!(frames.next().await, None);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn keep_alive_counts_from_the_last_write() {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Event>(4);
+        let mut frames = Frames::new(tokio_stream_from(rx));
+        let feeder = tokio::spawn(async move {
+            for i in 0..3 {
+                tx.send(Event::data(&i.to_string())).await.unwrap_or(());
+                tokio::time::sleep(Duration::from_secs(10)).await;
+            }
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        });
+        let mut got = Vec::new();
+        let mut last_data = Instant::now();
+        while got.len() < 5 {
+            let Some(Ok(f)) = frames.next().await else { break };
+            if f.as_ref() == b":\n\n" {
+                // Silence since the last event, not since the timer was armed.
+                assert!(last_data.elapsed() >= KEEP_ALIVE, "{:?}", last_data.elapsed());
+            } else {
+                last_data = Instant::now();
+            }
+            got.push(f);
+        }
+        let comments = got.iter().filter(|f| f.as_ref() == b":\n\n").count();
+        assert_eq!((got.len(), comments), (5, 2), "{got:?}");
+        feeder.abort();
     }
 
     fn tokio_stream_from(mut rx: tokio::sync::mpsc::Receiver<Event>) -> impl Stream<Item = Event> + Send {
