@@ -641,7 +641,7 @@ async fn upstream_chunks(
     settings: Settings,
 ) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, UpstreamError> {
     // Retries and the circuit breaker apply to every iteration of the loop.
-    let reply = crate::provider::resilience::post(&s.upstream, &s.breakers, provider, "chat/completions", req).await?;
+    let reply = crate::provider::resilience::post(&s.upstream, provider, "chat/completions", req).await?;
     let mut norm = Normalizer::new(settings);
     match reply {
         Reply::Json(body) => {

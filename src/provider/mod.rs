@@ -77,6 +77,8 @@ pub struct Provider {
     prompt_models: Vec<globset::GlobMatcher>,
     /// Reasoning splitting only (no tool recovery).
     no_formats: Arc<FormatSet>,
+    /// This provider's circuit breaker.
+    pub breaker: resilience::Breaker,
 }
 
 impl Provider {
@@ -265,6 +267,7 @@ impl Providers {
                 all_formats,
                 prompt_models,
                 no_formats: sets.get(&[], || Ok(FormatSet::none()))?,
+                breaker: resilience::Breaker::default(),
                 profile,
             };
             by_name.insert(name.clone(), Arc::new(provider));

@@ -1,12 +1,12 @@
 //! Upstream resilience around [`Upstream::post`]: retries with jittered
 //! exponential backoff (honouring `Retry-After`) on 429, 5xx and connection
-//! errors, and a circuit breaker per provider. Everything here happens
+//! errors, and a circuit breaker per provider ([`Breaker`], owned by the provider). Everything here happens
 //! before the first byte goes to the client: a stream is handed on only once
 //! its first event arrived, so a connection dropped before that is retried
 //! too. Fallback along an alias chain is one level up (`server/dispatch.rs`).
 
-use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -28,29 +28,44 @@ enum State {
 }
 
 #[derive(Debug)]
-struct Breaker {
+struct BreakerState {
     failures: u32,
     state: State,
+    /// The state gauge was set once (at the first reported outcome).
+    shown: bool,
 }
 
-/// One circuit breaker per provider.
-#[derive(Debug, Default)]
-pub struct Breakers {
-    by_provider: Mutex<HashMap<String, Breaker>>,
+/// A provider's circuit breaker; every [`Provider`] owns one. `clean` (a
+/// closed circuit with no failure counted) is the state of nearly every call,
+/// read and left without taking the lock: the serving threads share the
+/// provider, and a lock written by both on every request would bounce its
+/// cache line between them.
+#[derive(Debug)]
+pub struct Breaker {
+    clean: AtomicBool,
+    inner: Mutex<BreakerState>,
 }
 
-impl Breakers {
+impl Default for Breaker {
+    fn default() -> Self {
+        Breaker {
+            clean: AtomicBool::new(false),
+            inner: Mutex::new(BreakerState { failures: 0, state: State::Closed, shown: false }),
+        }
+    }
+}
+
+impl Breaker {
     /// Lets a call through, or says the circuit is open. After the open
     /// period one probe is let through; a probe that never reports (client
     /// gone) frees the slot after another open period.
     pub fn admit(&self, p: &Provider) -> Result<(), UpstreamError> {
         let cfg = &p.upstream;
-        if cfg.breaker_failures == 0 {
+        if cfg.breaker_failures == 0 || self.clean.load(Ordering::Acquire) {
             return Ok(());
         }
         let open_for = Duration::from_secs_f64(cfg.breaker_open_secs);
-        let Ok(mut map) = self.by_provider.lock() else { return Ok(()) };
-        let b = map.entry(p.name.clone()).or_insert(Breaker { failures: 0, state: State::Closed });
+        let Ok(mut b) = self.inner.lock() else { return Ok(()) };
         let now = Instant::now();
         let retry_in = match b.state {
             State::Closed => return Ok(()),
@@ -76,14 +91,15 @@ impl Breakers {
         if cfg.breaker_failures == 0 || outcome == Outcome::Neutral {
             return;
         }
-        let Ok(mut map) = self.by_provider.lock() else { return };
-        // The hot path (a success on a closed circuit) neither allocates nor
-        // touches the gauge, which changes only with the state.
-        if !map.contains_key(p.name.as_str()) {
-            map.insert(p.name.clone(), Breaker { failures: 0, state: State::Closed });
+        // The hot path: a success on a clean circuit changes nothing.
+        if outcome == Outcome::Success && self.clean.load(Ordering::Acquire) {
+            return;
+        }
+        let Ok(mut b) = self.inner.lock() else { return };
+        if !b.shown {
+            b.shown = true;
             crate::metrics::circuit(&p.name, 0);
         }
-        let Some(b) = map.get_mut(p.name.as_str()) else { return };
         match outcome {
             Outcome::Success => {
                 if b.state != State::Closed {
@@ -105,6 +121,8 @@ impl Breakers {
             }
             Outcome::Neutral => {}
         }
+        // Written under the lock, so it never disagrees with the state for long.
+        self.clean.store(b.state == State::Closed && b.failures == 0, Ordering::Release);
     }
 }
 
@@ -210,7 +228,6 @@ fn backoff(e: &UpstreamError, attempt: u32, cfg: &UpstreamConfig) -> Option<Dura
 /// once its first event arrived (or the stream ended cleanly).
 pub async fn post(
     up: &Upstream,
-    breakers: &Breakers,
     p: &Provider,
     path: &str,
     body: &(impl serde::Serialize + Sync),
@@ -219,7 +236,7 @@ pub async fn post(
     let mut attempt = 0;
     let mut last: Option<UpstreamError> = None;
     loop {
-        if let Err(open) = breakers.admit(p) {
+        if let Err(open) = p.breaker.admit(p) {
             // Opened by this request's own retries: its client is better
             // served by the upstream's real error than by ours.
             return Err(last.unwrap_or(open));
@@ -238,12 +255,12 @@ pub async fn post(
         }
         let e = match result {
             Ok(reply) => {
-                breakers.record(p, Outcome::Success);
+                p.breaker.record(p, Outcome::Success);
                 return Ok(reply);
             }
             Err(e) => e,
         };
-        breakers.record(p, Outcome::of(&e));
+        p.breaker.record(p, Outcome::of(&e));
         let Some(reason) = retry_reason(&e) else { return Err(e) };
         if attempt >= retries {
             return Err(e);

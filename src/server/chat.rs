@@ -61,6 +61,16 @@ pub async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Byte
     Ok(Json(assemble(all)).into_response())
 }
 
+/// [`completions`] as [`super::App`] calls it, past the router: the edge has
+/// read the body already, so this takes its bytes back out.
+pub(crate) async fn direct(s: Shared, req: axum::extract::Request) -> Response {
+    let (parts, body) = req.into_parts();
+    match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(body) => completions(State(s), parts.headers, body).await.into_response(),
+        Err(e) => ApiError::invalid(format!("Cannot read the body: {e}")).into_response(),
+    }
+}
+
 /// The normalized answer to a parsed chat request as a stream of chunks,
 /// through the agent loop when server-side tools are configured, else the
 /// plain path. The front ends that translate another API (`/v1/responses`)
@@ -123,7 +133,7 @@ async fn start(s: &Shared, req: ChatRequest, as_is: bool) -> Result<Started, Api
     // Retries, circuit breakers and fallback along an alias chain; the route
     // that answered (and how its request was rewritten) decides how its
     // answer is normalized.
-    let (route, plan, reply) = super::dispatch::send(s, &req).await?;
+    let (route, plan, reply) = super::dispatch::send(s, req).await?;
     let provider = route.provider.clone();
     let tools = if plan.tools_offered { tool_index(&client_tools, &plan.names_back) } else { ToolIndex::default() };
     let settings = Settings {

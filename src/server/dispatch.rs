@@ -15,36 +15,47 @@ use crate::error::ApiError;
 use crate::openai::ChatRequest;
 use crate::provider::request::Plan;
 use crate::provider::upstream::Reply;
-use crate::provider::{Route, request, resilience};
+use crate::provider::{Route, UpstreamError, request, resilience};
 
 /// The route that answered, how its request was rewritten, and its reply.
-pub async fn send(s: &Shared, req: &ChatRequest) -> Result<(Route, Plan, Reply), ApiError> {
+pub async fn send(s: &Shared, req: ChatRequest) -> Result<(Route, Plan, Reply), ApiError> {
     let routes = s.providers.routes(&req.model);
-    if routes.is_empty() {
+    let Some((last, before)) = routes.split_last() else {
         return Err(super::chat::route_for(s, &req.model).err().unwrap_or(ApiError::ModelNotFound(req.model.clone())));
-    }
+    };
     let ctx = edge::current();
-    let last = routes.len() - 1;
-    for (i, route) in routes.iter().enumerate() {
-        let p = &route.provider;
-        if let Some(c) = &ctx {
-            c.set_served(&p.name, &route.model);
-        }
-        let mut upstream_req = req.clone();
-        // Before the rewrites: prompt mode turns tool-call turns into text.
-        crate::reasoning::prepare_history(&mut upstream_req, &p.profile, &route.model, s.store.as_ref()).await;
-        let plan = request::normalize(&mut upstream_req, &p.profile, &route.model, p.prompt_for(&route.model));
-        match resilience::post(&s.upstream, &s.breakers, p, "chat/completions", &upstream_req).await {
-            Ok(reply) => return Ok((route.clone(), plan, measured(reply, ctx, &p.name, &route.model))),
-            Err(e) if i < last && resilience::falls_back(&e) => {
-                let next = &routes[i + 1].provider.name;
-                crate::metrics::fallback(&p.name, next);
-                tracing::warn!(from = %p.name, to = %next, error = %e, "falling back to the next provider");
+    // Each target rewrites a copy of its own; the last one takes the client's
+    // request (the common single route makes no copy).
+    for (i, route) in before.iter().enumerate() {
+        match attempt(s, ctx.as_ref(), route, req.clone()).await {
+            Err(e) if resilience::falls_back(&e) => {
+                let (from, to) = (&route.provider.name, &routes[i + 1].provider.name);
+                crate::metrics::fallback(from, to);
+                tracing::warn!(from = %from, to = %to, error = %e, "falling back to the next provider");
             }
-            Err(e) => return Err(e.into()),
+            r => return r.map_err(ApiError::from),
         }
     }
-    Err(ApiError::ModelNotFound(req.model.clone()))
+    attempt(s, ctx.as_ref(), last, req).await.map_err(ApiError::from)
+}
+
+/// One target of the chain: the request rewritten for its profile, sent
+/// with retries.
+async fn attempt(
+    s: &Shared,
+    ctx: Option<&Arc<RequestCtx>>,
+    route: &Route,
+    mut req: ChatRequest,
+) -> Result<(Route, Plan, Reply), UpstreamError> {
+    let p = &route.provider;
+    if let Some(c) = ctx {
+        c.set_served(&p.name, &route.model);
+    }
+    // Before the rewrites: prompt mode turns tool-call turns into text.
+    crate::reasoning::prepare_history(&mut req, &p.profile, &route.model, s.store.as_ref()).await;
+    let plan = request::normalize(&mut req, &p.profile, &route.model, p.prompt_for(&route.model));
+    let reply = resilience::post(&s.upstream, p, "chat/completions", &req).await?;
+    Ok((route.clone(), plan, measured(reply, ctx.cloned(), &p.name, &route.model)))
 }
 
 /// Records time to first token now, and a stream's token usage when it goes by.

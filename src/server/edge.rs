@@ -8,6 +8,7 @@
 //! Handlers learn nothing new: what they need from the edge (the request's
 //! context) is in a task-local, [`current`].
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -160,12 +161,22 @@ fn too_large(max: usize) -> Response {
     )
 }
 
-/// The middleware.
+/// The middleware, as the router's layer.
 pub async fn guard(State(s): State<Shared>, req: Request, next: Next) -> Response {
+    around(s, req, |req| next.run(req)).await
+}
+
+/// The edge around `inner` (the router, or the hot route's handler called
+/// directly; see [`super::App`]).
+pub async fn around<F, Fut>(s: Shared, req: Request, inner: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     let path = req.uri().path();
     // Probes and the scrape are open and not counted as requests.
     if matches!(path, "/healthz" | "/readyz" | "/metrics") {
-        return next.run(req).await;
+        return inner(req).await;
     }
     let id = request_id(req.headers());
     let span = tracing::info_span!(
@@ -177,7 +188,7 @@ pub async fn guard(State(s): State<Shared>, req: Request, next: Next) -> Respons
         http.response.status_code = tracing::field::Empty,
     );
     crate::telemetry::adopt_parent(&span, req.headers());
-    let mut resp = serve(s, req, next, id.clone()).instrument(span.clone()).await;
+    let mut resp = serve(s, req, inner, id.clone()).instrument(span.clone()).await;
     span.record("http.response.status_code", resp.status().as_u16());
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert(REQUEST_ID, v);
@@ -185,7 +196,11 @@ pub async fn guard(State(s): State<Shared>, req: Request, next: Next) -> Respons
     resp
 }
 
-async fn serve(s: Shared, req: Request, next: Next, id: String) -> Response {
+async fn serve<F, Fut>(s: Shared, req: Request, inner: F, id: String) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     let edge = &s.edge;
     let start = Instant::now();
     let mut permits = Vec::new();
@@ -279,7 +294,7 @@ async fn serve(s: Shared, req: Request, next: Next, id: String) -> Response {
         _token: edge.tracker.token(),
     };
     crate::metrics::in_flight(1.0);
-    let resp = CTX.scope(ctx, next.run(req)).await;
+    let resp = CTX.scope(ctx, inner(req)).await;
     let (parts, body) = resp.into_parts();
     let sse = parts
         .headers

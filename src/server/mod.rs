@@ -1,4 +1,4 @@
-//! The HTTP surface: `app(state)` builds the router, so tests drive exactly
+//! The HTTP surface: `app(state)` builds the service, so tests drive exactly
 //! what `modelshim serve` runs.
 
 pub mod auth;
@@ -12,6 +12,7 @@ mod responses;
 pub mod shutdown;
 pub(crate) mod sse;
 
+use std::convert::Infallible;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,12 +21,11 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::config::{Config, ConfigError};
 use crate::provider::record::Recorder;
-use crate::provider::resilience::Breakers;
 use crate::provider::upstream::Upstream;
 use crate::provider::{Profile, Providers};
 use crate::state::{MemoryStore, StateStore};
@@ -43,8 +43,6 @@ pub struct AppState {
     pub tools: Option<Arc<crate::tools::Registry>>,
     /// Auth, limits and shutdown handles of the edge middleware.
     pub edge: edge::Edge,
-    /// One circuit breaker per provider.
-    pub breakers: Breakers,
     ready: AtomicBool,
 }
 
@@ -95,7 +93,6 @@ impl AppState {
             state_ttl: config.state.ttl(),
             tools,
             edge: edge::Edge::new(auth, config.limits.clone()),
-            breakers: Breakers::default(),
             ready: AtomicBool::new(true),
         }))
     }
@@ -107,9 +104,70 @@ impl AppState {
     }
 }
 
-/// The router, behind the edge middleware (auth, limits, request id,
-/// metrics; see [`edge`]).
-pub fn app(state: Shared) -> Router {
+/// What the server serves: every route behind the edge (auth, limits,
+/// request id, metrics; see [`edge`]).
+pub fn app(state: Shared) -> App {
+    App { router: router(state.clone()), state }
+}
+
+/// The service `modelshim serve` runs. The hot route, `POST
+/// /v1/chat/completions`, goes through the edge straight to its handler;
+/// everything else through the axum router, behind the same edge. The
+/// router's per-request machinery (a clone of the route's boxed service,
+/// boxed futures per layer, request extensions) was about a tenth of a
+/// proxied request's instructions (callgrind, bench/README.md).
+#[derive(Clone)]
+pub struct App {
+    state: Shared,
+    router: Router,
+}
+
+type HotFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl<B> tower_service::Service<axum::http::Request<B>> for App
+where
+    B: http_body::Body<Data = axum::body::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = futures_util::future::Either<HotFuture, axum::routing::future::RouteFuture<Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: axum::http::Request<B>) -> Self::Future {
+        use futures_util::future::Either;
+        if req.method() == axum::http::Method::POST && req.uri().path() == "/v1/chat/completions" {
+            let s = self.state.clone();
+            let req = req.map(axum::body::Body::new);
+            return Either::Left(Box::pin(async move {
+                Ok(edge::around(s.clone(), req, |req| chat::direct(s, req)).await)
+            }));
+        }
+        Either::Right(tower_service::Service::call(&mut self.router, req))
+    }
+}
+
+/// For `axum::serve(listener, app(state))` (the tests, the replay servers'
+/// style): every connection gets a clone.
+impl<L: axum::serve::Listener> tower_service::Service<axum::serve::IncomingStream<'_, L>> for App {
+    type Response = App;
+    type Error = Infallible;
+    type Future = std::future::Ready<Result<App, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Infallible>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _: axum::serve::IncomingStream<'_, L>) -> Self::Future {
+        std::future::ready(Ok(self.clone()))
+    }
+}
+
+/// The router behind the edge middleware.
+fn router(state: Shared) -> Router {
     // The edge reads the body within its own limit and answers 413 in
     // OpenAI's shape; the extractor's limit is raised to match.
     let body_limit = DefaultBodyLimit::max(state.edge.limits.max_body_bytes);
