@@ -188,12 +188,6 @@ impl Upstream {
         Ok(Upstream { clients: Clients::new(connect_timeout)?, connect_timeout, id, recorder: None })
     }
 
-    /// Builds this serving thread's clients now (loading the system's root
-    /// certificates takes milliseconds), so its first request does not wait.
-    pub fn prepare_thread(&self) {
-        drop(self.clients());
-    }
-
     /// This thread's clients (see [`use_thread_clients`]), else the shared ones.
     fn clients(&self) -> Clients {
         THREAD_CLIENTS.with(|c| {

@@ -299,7 +299,6 @@ fn serve_thread(
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     crate::provider::upstream::use_thread_clients();
     rt.block_on(async move {
-        state.upstream.prepare_thread();
         let listener = TcpListener::from_std(listener)?;
         drain(listener, state, stop.cancelled_owned(), grace).await
     })
