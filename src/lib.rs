@@ -6,6 +6,7 @@ pub mod cli;
 pub mod config;
 pub mod error;
 pub mod fixture;
+pub mod idle;
 pub mod metrics;
 pub mod openai;
 pub mod provider;

@@ -15,10 +15,10 @@
 
 use std::time::Duration;
 
+use crate::idle::Silence;
 use bytes::Bytes;
 use eventsource_stream::EventStream;
 use futures_util::{FutureExt, Stream, StreamExt};
-use tokio::time::Instant;
 
 use super::UpstreamError;
 use super::record::Recording;
@@ -44,24 +44,17 @@ where
         // The last bytes given to the parser: it holds nothing when they end
         // a blank line.
         let mut fed_tail = Tail::default();
-        let mut last = Instant::now();
-        let timer = tokio::time::sleep_until(last + idle);
-        tokio::pin!(timer);
+        let mut silence = Silence::new(idle);
         'body: loop {
             let next = tokio::select! {
                 biased;
                 piece = pieces.next() => piece,
-                () = &mut timer => {
-                    if Instant::now() < last + idle {
-                        // Reads came since the timer was set: move it.
-                        timer.as_mut().reset(last + idle);
-                        continue;
-                    }
+                () = silence.elapsed() => {
                     yield Err(UpstreamError::Timeout(format!("stream idle for {idle:?}")));
                     break;
                 }
             };
-            last = Instant::now();
+            silence.touch();
             match next {
                 Some(Err(e)) => {
                     yield Err(UpstreamError::Connect(format!("stream broken: {e}")));

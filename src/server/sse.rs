@@ -11,7 +11,7 @@
 //! frame each.
 
 use std::pin::Pin;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -19,9 +19,9 @@ use axum::http::{HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use bytes::BytesMut;
 use futures_util::Stream;
-use tokio::time::{Instant, Sleep};
 
 use crate::error::ErrorObject;
+use crate::idle::Silence;
 use crate::openai::Chunk;
 use crate::provider::UpstreamError;
 
@@ -124,25 +124,18 @@ pub fn response(events: impl Stream<Item = Event> + Send + 'static) -> Response 
 }
 
 /// Body frames from events: the events ready now joined into one frame, and a
-/// keep-alive comment after [`KEEP_ALIVE`] of silence. The timer is armed
-/// once and moved only when it fires, never per event.
+/// keep-alive comment after [`KEEP_ALIVE`] of silence.
 struct Frames {
     events: Pin<Box<dyn Stream<Item = Event> + Send>>,
-    idle: Option<Pin<Box<Sleep>>>,
-    /// The waker the timer was last polled with.
-    waker: Option<Waker>,
-    last: Instant,
+    idle: Silence,
     ended: bool,
 }
 
 impl Frames {
     fn new(events: impl Stream<Item = Event> + Send + 'static) -> Self {
-        Frames { events: Box::pin(events), idle: None, waker: None, last: Instant::now(), ended: false }
+        Frames { events: Box::pin(events), idle: Silence::new(KEEP_ALIVE), ended: false }
     }
 }
-
-/// A timer this close to its deadline is polled, not trusted to wake us.
-const DUE: Duration = Duration::from_millis(1);
 
 impl Stream for Frames {
     type Item = Result<Bytes, std::convert::Infallible>;
@@ -179,45 +172,13 @@ impl Stream for Frames {
             }
         }
         if let Some(out) = frame.map(BytesMut::freeze).or(single) {
-            // Only read the clock once the timer exists (it is armed at the
-            // first wait, from that moment).
-            if this.idle.is_some() {
-                this.last = Instant::now();
-            }
+            this.idle.touch();
             return Poll::Ready(Some(Ok(out)));
         }
         if this.ended {
             return Poll::Ready(None);
         }
-        // Waiting: the timer was set from the last write it knew of; when it
-        // fires early (writes since), it is moved to the real deadline.
-        let arming = this.idle.is_none();
-        if arming {
-            this.last = Instant::now();
-        }
-        let last = this.last;
-        let idle = this.idle.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(last + KEEP_ALIVE)));
-        // A polled timer keeps the waker it was given: it is polled again only
-        // when due or for another waker (a poll of it per wait cost about a
-        // sixteenth of a re-emitted chunk's instructions, callgrind).
-        let same = this.waker.as_ref().is_some_and(|w| w.will_wake(cx.waker()));
-        if !arming && same && Instant::now() + DUE < idle.deadline() {
-            return Poll::Pending;
-        }
-        if !same {
-            this.waker = Some(cx.waker().clone());
-        }
-        loop {
-            match idle.as_mut().poll(cx) {
-                Poll::Pending => return Poll::Pending,
-                Poll::Ready(()) if Instant::now() >= this.last + KEEP_ALIVE => {
-                    this.last = Instant::now();
-                    idle.as_mut().reset(this.last + KEEP_ALIVE);
-                    return Poll::Ready(Some(Ok(Bytes::from_static(b":\n\n"))));
-                }
-                Poll::Ready(()) => idle.as_mut().reset(this.last + KEEP_ALIVE),
-            }
-        }
+        this.idle.poll_elapsed(cx).map(|()| Some(Ok(Bytes::from_static(b":\n\n"))))
     }
 }
 
@@ -225,6 +186,7 @@ impl Stream for Frames {
 mod tests {
     use super::*;
     use futures_util::StreamExt;
+    use tokio::time::Instant;
 
     #[test]
     fn events_in_wire_form() {
