@@ -441,23 +441,69 @@ def wrk(url: str, body: Path, conns: int, threads: int, secs: float) -> dict:
     raise RuntimeError(f"wrk printed no summary: {out.stdout[-500:]} {out.stderr[-500:]}")
 
 
-def load_lane(t: Target, lane: str, a: argparse.Namespace, work: Path) -> dict:
-    """Throughput at fixed concurrency (with proxy CPU per request), then latency at concurrency 1."""
+def rotated(xs: list, r: int) -> list:
+    """xs starting at position r: each round starts with another target, so
+    none is always the one measured right after another's load."""
+    k = r % len(xs) if xs else 0
+    return xs[k:] + xs[:k]
+
+
+def load_lane(ts: list[Target], lane: str, a: argparse.Namespace, work: Path) -> dict[str, dict]:
+    """Throughput at fixed concurrency (with proxy CPU per request), then
+    latency at concurrency 1, for every target of `ts` on one lane, in
+    interleaved rounds: the VM's noise comes and goes over seconds, and
+    measured one target after another it would land on whichever target ran
+    at that moment. Per target: the median of its rounds' requests/s, p50
+    and p99; CPU per request over all its rounds together."""
+    body = work / "requests" / f"{lane}.json"
+    url = {t.name: f"http://127.0.0.1:{t.port}{t.path(lane)}" for t in ts}
+    for t in ts:
+        wrk(url[t.name], body, a.connections, a.threads, a.warmup)  # warm pools and caches
+    tp: dict[str, list[dict]] = {t.name: [] for t in ts}
+    cpu: dict[str, float] = {t.name: 0.0 for t in ts}
+    for r in range(a.rounds):
+        for t in rotated(ts, r):
+            cpu0 = cpu_seconds(t.pid) if t.pid else None
+            tp[t.name].append(wrk(url[t.name], body, a.connections, a.threads, a.duration / a.rounds))
+            if cpu0 is not None:
+                cpu[t.name] += cpu_seconds(t.pid) - cpu0
+    lat: dict[str, list[dict]] = {t.name: [] for t in ts}
+    for r in range(a.rounds):
+        for t in rotated(ts, r):
+            lat[t.name].append(wrk(url[t.name], body, 1, 1, a.latency_duration / a.rounds))
+    out = {}
+    for t in ts:
+        rounds, c1 = tp[t.name], lat[t.name]
+        requests = sum(x["requests"] for x in rounds)
+        res = {"rps": statistics.median(x["rps"] for x in rounds), "requests": requests,
+               "errors": sum(x["errors"] for x in rounds), "rps_rounds": [round(x["rps"]) for x in rounds],
+               "c1_p50_us": statistics.median(x["p50_us"] for x in c1),
+               "c1_p99_us": statistics.median(x["p99_us"] for x in c1),
+               "c1_p50_rounds": [x["p50_us"] for x in c1], "c1_p99_rounds": [x["p99_us"] for x in c1],
+               "c1_requests": sum(x["requests"] for x in c1), "c1_errors": sum(x["errors"] for x in c1)}
+        if t.pid and requests:
+            res["cpu_us_per_req"] = cpu[t.name] * 1e6 / requests
+        out[t.name] = res
+    return out
+
+
+def load_litellm(t: Target, lane: str, a: argparse.Namespace, work: Path) -> dict:
+    """LiteLLM's lane on its own: it answers tens of requests per second, two
+    orders of magnitude from the others, so the noise that interleaving
+    evens out is far below what it measures. At 64 connections a short run
+    would end before the first answers, so it always gets at least 10 s."""
     url = f"http://127.0.0.1:{t.port}{t.path(lane)}"
     body = work / "requests" / f"{lane}.json"
-    # LiteLLM answers tens of requests per second: at 64 connections a short
-    # run would end before the first answers, so it always gets at least 10 s.
-    secs = max(a.duration, 10) if t.name == "litellm" else a.duration
-    wrk(url, body, a.connections, a.threads, a.warmup)  # warm pools and caches
+    wrk(url, body, a.connections, a.threads, a.warmup)
     cpu0 = cpu_seconds(t.pid) if t.pid else None
-    tp = wrk(url, body, a.connections, a.threads, secs)
+    tp = wrk(url, body, a.connections, a.threads, max(a.duration, 10))
     cpu1 = cpu_seconds(t.pid) if t.pid else None
-    res = {"rps": tp["rps"], "requests": tp["requests"], "errors": tp["errors"], "tp_p50_us": tp["p50_us"], "tp_p99_us": tp["p99_us"]}
+    res = {"rps": tp["rps"], "requests": tp["requests"], "errors": tp["errors"]}
     if cpu0 is not None and tp["requests"]:
         res["cpu_us_per_req"] = (cpu1 - cpu0) * 1e6 / tp["requests"]
-    lat = wrk(url, body, 1, 1, max(a.latency_duration, 5) if t.name == "litellm" else a.latency_duration)
-    res.update({"c1_p50_us": lat["p50_us"], "c1_p90_us": lat["p90_us"], "c1_p99_us": lat["p99_us"],
-                "c1_mean_us": lat["mean_us"], "c1_requests": lat["requests"], "c1_errors": lat["errors"]})
+    lat = wrk(url, body, 1, 1, max(a.latency_duration, 5))
+    res.update({"c1_p50_us": lat["p50_us"], "c1_p99_us": lat["p99_us"], "c1_requests": lat["requests"],
+                "c1_errors": lat["errors"]})
     return res
 
 
@@ -509,13 +555,30 @@ def ttft_run(t: Target, lane: str, port: int, n: int, work: Path, max_secs: floa
             totals.append((end - t0) / 1000)
             chunks.append(count)
     c.close()
-    if not ttfts:
-        return {"errors": errors}
-    return {
-        "streams": len(ttfts), "errors": errors,
-        "ttft_p50_us": pct(ttfts, 50), "ttft_p99_us": pct(ttfts, 99),
-        "total_p50_us": pct(totals, 50), "chunks": statistics.median(chunks),
-    }
+    return {"ttfts": ttfts, "totals": totals, "chunks": chunks, "errors": errors}
+
+
+def ttft_rounds(ts: list[tuple[Target, int]], a: argparse.Namespace, work: Path) -> dict[str, dict]:
+    """`a.streams` streams per target in `a.rounds` interleaved rounds (see
+    `load_lane` for why), their samples pooled per target."""
+    runs: dict[str, list[dict]] = {t.name: [] for t, _ in ts}
+    per_round = max(1, a.streams // a.rounds)
+    for r in range(a.rounds):
+        for t, port in rotated(ts, r):
+            runs[t.name].append(ttft_run(t, "paced", port, per_round, work, max_secs=90.0 / a.rounds))
+    out = {}
+    for name, rs in runs.items():
+        ttfts = [x for r in rs for x in r["ttfts"]]
+        errors = sum(r["errors"] for r in rs)
+        if not ttfts:
+            out[name] = {"errors": errors}
+            continue
+        out[name] = {"streams": len(ttfts), "errors": errors,
+                     "ttft_p50_us": pct(ttfts, 50), "ttft_p99_us": pct(ttfts, 99),
+                     "ttft_p50_rounds": [round(pct(r["ttfts"], 50)) for r in rs if r["ttfts"]],
+                     "total_p50_us": pct([x for r in rs for x in r["totals"]], 50),
+                     "chunks": statistics.median(x for r in rs for x in r["chunks"])}
+    return out
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -659,9 +722,14 @@ def render(res: dict) -> str:
     L.append(f"- modelshim: {res['modelshim_version']}; nginx: {res['versions'].get('nginx', '?')}; "
              f"wrk: {res['versions'].get('wrk', '?')}; LiteLLM: {res['versions'].get('litellm', 'not run')}")
     L.append(f"- command: `{res['command']}`")
+    rounds = a.get("rounds", 1)
     L.append(f"- load: wrk, {a['threads']} threads, {a['connections']} connections, {a['duration']} s per lane "
              f"(after {a['warmup']} s warm-up); latency at concurrency 1 for {a['latency_duration']} s; "
-             f"all on 127.0.0.1, everything sharing the same {m['nproc']} CPUs\n")
+             f"all on 127.0.0.1, everything sharing the same {m['nproc']} CPUs")
+    L.append(f"- interleaved: each lane's time (and the TTFT streams) split into {rounds} rounds, every round "
+             f"running direct, nginx and modelshim one after the other (each round starting with the next); "
+             f"requests/s, p50 and p99 are the median of a target's rounds, CPU per request is over all its rounds, "
+             f"TTFT percentiles over all its streams; LiteLLM is measured apart, once per lane\n")
 
     L.append("## Throughput (requests/s at fixed concurrency)\n")
     L.append("| lane | direct | nginx proxy_pass | modelshim | LiteLLM | modelshim / nginx | modelshim / LiteLLM |")
@@ -814,6 +882,8 @@ def main() -> int:
     ap.add_argument("--duration", type=float, default=None)
     ap.add_argument("--latency-duration", type=float, default=None)
     ap.add_argument("--warmup", type=float, default=None)
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="interleaved rounds per lane: the duration, the latency duration and the streams are split over them")
     ap.add_argument("--streams", type=int, default=None, help="sequential streams for TTFT")
     ap.add_argument("--open-streams", type=int, default=1000, help="concurrent streams for the memory test")
     ap.add_argument("--startup-runs", type=int, default=None)
@@ -827,6 +897,7 @@ def main() -> int:
     a.duration = a.duration or (3 if q else 15)
     a.latency_duration = a.latency_duration or (3 if q else 10)
     a.warmup = a.warmup or (1 if q else 2)
+    a.rounds = a.rounds or (3 if q else 5)
     a.streams = a.streams or (30 if q else 300)
     a.startup_runs = a.startup_runs or (3 if q else 10)
     lanes = [x for x in a.lanes.split(",") if x in LANES]
@@ -851,7 +922,7 @@ def main() -> int:
     res: dict = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(), "label": a.label,
         "command": a.command or " ".join(shlex.quote(x) for x in sys.argv),
-        "args": {k: getattr(a, k) for k in ("connections", "threads", "duration", "latency_duration", "warmup", "streams", "open_streams")},
+        "args": {k: getattr(a, k) for k in ("connections", "threads", "duration", "latency_duration", "warmup", "rounds", "streams", "open_streams")},
         "versions": {"nginx": version(["nginx", "-v"]).replace("nginx version: ", ""),
                      "wrk": version(["wrk", "-v"]).split(" [")[0]},
         "modelshim_version": version([a.binary, "--version"]),
@@ -929,13 +1000,21 @@ def main() -> int:
                     runnable[t.name].append(lane)
         log(f"end-to-end checks done; failures: {len(res['sanity_failures'])}")
 
-        # Throughput and concurrency-1 latency, lane by lane.
+        # Throughput and concurrency-1 latency, lane by lane, the targets
+        # interleaved (LiteLLM apart, see `load_litellm`).
         for t in targets_:
             res["load"][t.name] = {}
-            for lane in runnable[t.name]:
-                log(f"load {t.name}/{lane}")
-                res["load"][t.name][lane] = r = load_lane(t, lane, a, work)
-                log(f"  {r['rps']:.0f} req/s, c1 p50 {r['c1_p50_us']} µs p99 {r['c1_p99_us']} µs, errors {r['errors']}")
+        for lane in lanes:
+            ts = [t for t in targets_ if t.name != "litellm" and lane in runnable[t.name]]
+            log(f"load {lane}: {', '.join(t.name for t in ts)} in {a.rounds} rounds")
+            for name, r in load_lane(ts, lane, a, work).items():
+                res["load"][name][lane] = r
+                log(f"  {name}: {r['rps']:.0f} req/s, c1 p50 {r['c1_p50_us']} µs p99 {r['c1_p99_us']} µs, errors {r['errors']}")
+            for t in targets_:
+                if t.name == "litellm" and lane in runnable[t.name]:
+                    log(f"load litellm/{lane}")
+                    res["load"]["litellm"][lane] = r = load_litellm(t, lane, a, work)
+                    log(f"  {r['rps']:.0f} req/s, c1 p50 {r['c1_p50_us']} µs p99 {r['c1_p99_us']} µs, errors {r['errors']}")
         pc = {}
         for t in ("nginx", "modelshim"):
             s64 = (res["load"].get(t, {}).get("stream") or {}).get("cpu_us_per_req")
@@ -944,11 +1023,15 @@ def main() -> int:
                 pc[t] = (s64 - s8) / 56
         res["per_chunk_cpu_us"] = pc
 
-        # Time to first token, sequential streams from the paced upstream.
+        # Time to first token, sequential streams from the paced upstream,
+        # the targets interleaved (LiteLLM apart: a stream takes it ~100 ms).
+        ts = [(t, ports["paced"] if t.name == "direct" else t.port) for t in targets_ if t.name != "litellm"]
+        log(f"ttft {', '.join(t.name for t, _ in ts)} ({a.streams} streams each, {a.rounds} rounds)")
+        res["ttft"] = ttft_rounds(ts, a, work)
         for t in targets_:
-            port = ports["paced"] if t.name == "direct" else t.port
-            log(f"ttft {t.name} ({a.streams} streams)")
-            res["ttft"][t.name] = ttft_run(t, "paced", port, a.streams, work)
+            if t.name == "litellm":
+                log(f"ttft litellm ({a.streams} streams)")
+                res["ttft"]["litellm"] = ttft_rounds([(t, t.port)], argparse.Namespace(streams=a.streams, rounds=1), work)["litellm"]
 
         # Memory with many open slow streams.
         for t in targets_:
