@@ -1,6 +1,7 @@
 //! Providers: profiles (vendor data), the resolved set of configured
 //! providers, and routing a request's `model` to one of them.
 
+pub mod direct;
 mod errors;
 mod profile;
 pub mod prompt_tools;
@@ -61,8 +62,8 @@ pub struct Provider {
     /// request (`None` if it does not parse; the request then reports it).
     chat_url: Option<reqwest::Url>,
     /// The same URL when chat requests go straight through hyper's client
-    /// (see [`upstream::direct_uri`]).
-    direct_chat: Option<upstream::DirectUrl>,
+    /// (see [`direct::direct_uri`]).
+    direct_chat: Option<direct::DirectUrl>,
     /// The key, read from the environment at startup; never logged.
     api_key: Option<String>,
     pub mode: ToolMode,
@@ -94,7 +95,7 @@ impl Provider {
 
     /// The direct-client URI of `path`, for `chat/completions` to a cleartext,
     /// unproxied upstream.
-    pub fn direct_url(&self, path: &str) -> Option<&upstream::DirectUrl> {
+    pub fn direct_url(&self, path: &str) -> Option<&direct::DirectUrl> {
         self.direct_chat.as_ref().filter(|_| path.trim_start_matches('/') == "chat/completions")
     }
 
@@ -251,7 +252,7 @@ impl Providers {
             let provider = Provider {
                 name: name.clone(),
                 chat_url: reqwest::Url::parse(&format!("{base_url}/chat/completions")).ok(),
-                direct_chat: upstream::direct_uri(&format!("{base_url}/chat/completions")),
+                direct_chat: direct::direct_uri(&format!("{base_url}/chat/completions")),
                 base_url,
                 api_key,
                 mode: pc.tool_calls.or(profile.tools.mode).unwrap_or_default(),

@@ -5,9 +5,10 @@
 //!
 //! Two clients, one behaviour: chat requests to a cleartext upstream that no
 //! proxy setting intercepts (a self-hosted engine next door, where the
-//! proxy's own cost is most of the added latency) go through hyper's client
-//! directly, with the URL parsed once per provider; everything else
-//! (TLS, proxies from the environment, other paths) through reqwest.
+//! proxy's own cost is most of the added latency) go over this thread's own
+//! HTTP/1.1 connections (`direct.rs`), with the URL parsed once per provider;
+//! everything else (TLS, proxies from the environment, other paths) through
+//! reqwest.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -17,9 +18,9 @@ use bytes::Bytes;
 use futures_util::Stream;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderMap, HeaderName, HeaderValue};
 use http_body_util::{BodyExt, Either, Full};
-use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::Value;
 
+use super::direct::{DirectUrl, Failed};
 use super::record::{Recorder, Recording};
 use super::{Provider, UpstreamError, error_in_success, map_error};
 
@@ -59,46 +60,14 @@ impl JsonBody {
     }
 }
 
-/// The client of direct (cleartext, unproxied) chat requests.
-type Direct = hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>;
-
 /// An answer from either client.
-type Answer = http::Response<Either<hyper::body::Incoming, reqwest::Body>>;
+type Answer = http::Response<Either<super::direct::Body, reqwest::Body>>;
 
-/// An upstream URL that requests may send through hyper's client directly
-/// (see [`direct_uri`]), with its `Host` header made once.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DirectUrl {
-    pub uri: http::Uri,
-    host: HeaderValue,
-}
-
-/// The upstream URL of `url` when requests to it may skip reqwest: plain
-/// `http` and not intercepted by the proxy settings of the environment
-/// (`HTTP_PROXY`, `ALL_PROXY`, `NO_PROXY`: read as reqwest reads them).
-pub fn direct_uri(url: &str) -> Option<DirectUrl> {
-    static PROXIES: std::sync::LazyLock<hyper_util::client::proxy::matcher::Matcher> =
-        std::sync::LazyLock::new(hyper_util::client::proxy::matcher::Matcher::from_system);
-    let uri: http::Uri = url.parse().ok()?;
-    if uri.scheme_str() != Some("http") || PROXIES.intercept(&uri).is_some() {
-        return None;
-    }
-    // As hyper's client writes it (the port only when not the default), but
-    // once per provider rather than formatted per request.
-    let host = match (uri.host()?, uri.port_u16()) {
-        (h, Some(port)) if port != 80 => HeaderValue::from_str(&format!("{h}:{port}")),
-        (h, _) => HeaderValue::from_str(h),
-    };
-    Some(DirectUrl { host: host.ok()?, uri })
-}
-
-/// Both clients of one connection pool owner (a serving thread, or the
+/// The pooled client of one connection pool owner (a serving thread, or the
 /// shared one).
 #[derive(Clone)]
 struct Clients {
     pooled: reqwest::Client,
-    /// Shared, not cloned per request: the client carries its whole config.
-    direct: Arc<Direct>,
 }
 
 impl Clients {
@@ -106,30 +75,12 @@ impl Clients {
         let pooled = reqwest::Client::builder()
             .connect_timeout(connect_timeout)
             .tcp_nodelay(true)
-            .pool_idle_timeout(IDLE_POOLED)
+            .pool_idle_timeout(super::direct::IDLE_LIMIT)
             .build()
             .map_err(|e| format!("cannot build HTTP client: {e}"))?;
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(connect_timeout));
-        connector.set_nodelay(true);
-        // TCP keepalive as reqwest sets it: a long stream through a NAT or a
-        // load balancer is not dropped as idle, and a dead peer is noticed.
-        connector.set_keepalive(Some(TCP_KEEPALIVE));
-        connector.set_keepalive_interval(Some(TCP_KEEPALIVE));
-        connector.set_keepalive_retries(Some(3));
-        let direct = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .pool_timer(hyper_util::rt::TokioTimer::new())
-            .pool_idle_timeout(IDLE_POOLED)
-            .set_host(false)
-            .build(connector);
-        Ok(Clients { pooled, direct: Arc::new(direct) })
+        Ok(Clients { pooled })
     }
 }
-
-/// How long an unused upstream connection is kept for the next request.
-const IDLE_POOLED: Duration = Duration::from_secs(90);
-/// Idle time before the first TCP keepalive probe, and between probes.
-const TCP_KEEPALIVE: Duration = Duration::from_secs(15);
 
 /// The HTTP clients to every upstream: one pair of connection pools per
 /// serving thread (see [`use_thread_clients`]), one shared by every other
@@ -140,6 +91,7 @@ pub struct Upstream {
     connect_timeout: Duration,
     /// Tells this `Upstream`'s per-thread clients from another's.
     id: u64,
+    direct: super::direct::Connector,
     recorder: Option<Arc<Recorder>>,
 }
 
@@ -166,12 +118,12 @@ pub fn install_crypto_provider() {
 }
 
 /// One request, built for the client that sends it.
-enum Outgoing {
-    Direct(Arc<Direct>, http::Request<Full<Bytes>>),
+enum Outgoing<'a> {
+    Direct(&'a DirectUrl, http::Request<Full<Bytes>>),
     Pooled(reqwest::Client, reqwest::Request),
 }
 
-impl Outgoing {
+impl Outgoing<'_> {
     fn parts(&self) -> (&http::Method, &str, &HeaderMap) {
         match self {
             Outgoing::Direct(_, r) => (r.method(), r.uri().path(), r.headers()),
@@ -185,7 +137,13 @@ impl Upstream {
         install_crypto_provider();
         static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let id = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        Ok(Upstream { clients: Clients::new(connect_timeout)?, connect_timeout, id, recorder: None })
+        Ok(Upstream {
+            clients: Clients::new(connect_timeout)?,
+            connect_timeout,
+            id,
+            direct: super::direct::Connector::new(connect_timeout),
+            recorder: None,
+        })
     }
 
     /// This thread's clients (see [`use_thread_clients`]), else the shared ones.
@@ -211,14 +169,13 @@ impl Upstream {
 
     /// Builds a request to `path` with the provider's key and, if given, a
     /// JSON body.
-    fn request(
+    fn request<'a>(
         &self,
-        p: &Provider,
+        p: &'a Provider,
         method: http::Method,
         path: &str,
         json: Option<Vec<u8>>,
-    ) -> Result<Outgoing, UpstreamError> {
-        let clients = self.clients();
+    ) -> Result<Outgoing<'a>, UpstreamError> {
         let mut headers = HeaderMap::with_capacity(4);
         headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
         if json.is_some() {
@@ -237,14 +194,14 @@ impl Upstream {
         }
         let body = json.map(Bytes::from).unwrap_or_default();
         if let Some(url) = p.direct_url(path) {
-            // The client is built not to add `Host` (see `Clients::new`).
             headers.insert(HOST, url.host.clone());
             let mut req = http::Request::new(Full::new(body));
             *req.method_mut() = method;
-            *req.uri_mut() = url.uri.clone();
+            *req.uri_mut() = url.target.clone();
             *req.headers_mut() = headers;
-            return Ok(Outgoing::Direct(clients.direct, req));
+            return Ok(Outgoing::Direct(url, req));
         }
+        let clients = self.clients();
         let rb = match p.parsed_url(path) {
             Some(url) => clients.pooled.request(method, url),
             None => clients.pooled.request(method, format!("{}/{}", p.base_url, path.trim_start_matches('/'))),
@@ -324,7 +281,7 @@ impl Upstream {
     async fn send(
         &self,
         p: &Provider,
-        out: Outgoing,
+        out: Outgoing<'_>,
         body: impl FnOnce() -> Value,
     ) -> Result<(Answer, Option<Recording>), UpstreamError> {
         let rec = self.recorder.as_ref().map(|r| {
@@ -334,10 +291,13 @@ impl Upstream {
         let limit = Duration::from_secs_f64(p.upstream.first_byte_timeout_secs);
         let sent = async {
             match out {
-                Outgoing::Direct(client, req) => match client.request(req).await {
+                Outgoing::Direct(url, req) => match self.direct.send(url, req).await {
                     Ok(r) => Ok(r.map(Either::Left)),
-                    Err(e) if timed_out(&e) => Err(UpstreamError::Timeout(format!("{}: {}", p.name, error_chain(&e)))),
-                    Err(e) => Err(UpstreamError::Connect(format!("{}: {}", p.name, error_chain(&e)))),
+                    Err(Failed::Connect(e)) if timed_out(&*e) => {
+                        Err(UpstreamError::Timeout(format!("{}: {}", p.name, error_chain(&*e))))
+                    }
+                    Err(Failed::Connect(e)) => Err(UpstreamError::Connect(format!("{}: {}", p.name, error_chain(&*e)))),
+                    Err(Failed::Send(e)) => Err(UpstreamError::Connect(format!("{}: {}", p.name, error_chain(&e)))),
                 },
                 Outgoing::Pooled(client, req) => match client.execute(req).await {
                     Ok(r) => Ok(http::Response::from(r).map(Either::Right)),
@@ -400,19 +360,6 @@ fn error_chain(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_cleartext_urls_may_go_direct() {
-        assert_eq!(direct_uri("https://api.deepseek.com/chat/completions"), None);
-        assert_eq!(direct_uri("not a url"), None);
-        assert_eq!(direct_uri("/chat/completions"), None);
-        let host = |url: &str| direct_uri(url).map(|d| d.host);
-        assert_eq!(host("http://127.0.0.1:8000/v1/chat/completions"), Some(HeaderValue::from_static("127.0.0.1:8000")));
-        assert_eq!(host("http://vllm.internal/v1/chat/completions"), Some(HeaderValue::from_static("vllm.internal")));
-        assert_eq!(host("http://[::1]:9/v1/chat/completions"), Some(HeaderValue::from_static("[::1]:9")));
-        // Whether a cleartext URL goes direct also depends on the
-        // environment's proxies (tests/production.rs covers both ways).
-    }
 
     #[test]
     fn a_connect_timeout_is_told_from_other_failures() {
