@@ -121,6 +121,8 @@ fn odd_chunks(text: &[&str]) -> Vec<Value> {
     for (i, t) in text.iter().enumerate() {
         let mut c = chunk(json!({"content": t}), None);
         match i % 7 {
+            // The first chunk saying the role is forwarded as it is, the others not.
+            0 => c["choices"][0]["delta"]["role"] = json!("assistant"),
             1 => c["system_fingerprint"] = json!("fp_1"),
             2 => c["choices"][0]["logprobs"] = Value::Null,
             3 if i > 20 => c["id"] = json!("other"),
@@ -278,6 +280,14 @@ fn plain_content_deltas_are_forwarded() {
     let (_, forwarded) = wire(&chunks, true, no_tools);
     // All but the first (which opens the response and gets its role).
     assert_eq!(forwarded, 39);
+    // A first chunk that says the role itself (Ollama's do) goes as it came.
+    let mut said: Vec<Value> = (0..40).map(|i| chunk(json!({"content": format!("w{i}")}), None)).collect();
+    said[0]["choices"][0]["delta"]["role"] = json!("assistant");
+    let no_tools = Settings { formats: Arc::new(FormatSet::none()), tools: Arc::default(), ..settings() };
+    let (sent, forwarded) = wire(&said, true, no_tools);
+    assert_eq!(forwarded, 40);
+    assert_eq!(sent[0]["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(sent[1]["choices"][0]["delta"].get("role"), None);
     // Words that end in a space (the space is held until the next word shows
     // no call follows) are forwarded too, the space moved to the next chunk.
     let trailing: Vec<Value> = (0..40).map(|i| chunk(json!({"content": format!("word{i} ")}), None)).collect();

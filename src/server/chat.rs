@@ -101,7 +101,8 @@ enum Started {
     AsIs(JsonBody),
     Stream {
         events: Events,
-        first: Option<Chunk>,
+        /// The first chunk, normalized (forwarded, or parsed to be pushed).
+        first: Option<Out>,
         norm: Normalizer,
     },
 }
@@ -170,7 +171,10 @@ async fn start(s: &Shared, req: ChatRequest, as_is: bool) -> Result<Started, Api
                 return Err(e.into());
             }
             let first = match first {
-                Some(Ok(data)) => Some(parse_chunk(&data)?),
+                Some(Ok(data)) => Some(match norm.forward(data) {
+                    Ok(wire) => Out::Same(wire),
+                    Err(data) => Out::Chunk(parse_chunk(&data)?),
+                }),
                 _ => None,
             };
             Ok(Started::Stream { events, first, norm })
@@ -276,7 +280,7 @@ pub(crate) enum Out {
 /// (client gone) drops the upstream connection.
 fn outs(
     mut events: Events,
-    first: Option<Chunk>,
+    first: Option<Out>,
     mut norm: Normalizer,
     s: Shared,
 ) -> impl Stream<Item = Result<Out, UpstreamError>> + Send {
@@ -284,10 +288,16 @@ fn outs(
     // which would keep its slot for the life of the stream. Room for one
     // chunk: most upstream chunks make one or none.
     let mut out = Vec::with_capacity(1);
-    if let Some(c) = first {
-        norm.push(c, &mut out);
+    let mut same = None;
+    match first {
+        Some(Out::Chunk(c)) => norm.push(c, &mut out),
+        Some(Out::Same(wire)) => same = Some(wire),
+        None => {}
     }
     async_stream::stream! {
+        if let Some(wire) = same.take() {
+            yield Ok(Out::Same(wire));
+        }
         for c in out.drain(..) {
             yield Ok(Out::Chunk(c));
         }
@@ -336,7 +346,7 @@ fn outs(
 /// Normalized chunks of an upstream stream (see [`outs`]).
 pub(crate) fn normalized(
     events: Events,
-    first: Option<Chunk>,
+    first: Option<Out>,
     norm: Normalizer,
     s: Shared,
 ) -> impl Stream<Item = Result<Chunk, UpstreamError>> + Send {

@@ -35,13 +35,14 @@ pub(super) struct Plain<'a> {
 struct Choice<'a> {
     index: u32,
     #[serde(borrow)]
-    delta: Msg<'a, Seen>,
+    delta: Msg<'a, Role>,
     #[serde(default)]
     finish_reason: Null,
 }
 
-/// A delta (`R` = [`Seen`]: a role is not plain) or a whole message (`R` =
-/// the role): its text, and whether a key the normalizer rewrites is there.
+/// A delta (`R` = [`Role`]: only the first may say it) or a whole message
+/// (`R` = the role): its text, and whether a key the normalizer rewrites is
+/// there.
 #[derive(Deserialize)]
 struct Msg<'a, R> {
     #[serde(borrow)]
@@ -70,12 +71,22 @@ impl<R> Msg<'_, R> {
 impl<'a> Plain<'a> {
     /// The chunk, when it has exactly one choice whose delta is only
     /// non-empty `content` (other keys pass through the full path untouched
-    /// too), `finish_reason: null`, and no `usage`.
+    /// too) and perhaps `role: "assistant"` (see [`says_role`](Self::says_role)),
+    /// `finish_reason: null`, and no `usage`.
     pub fn read(payload: &'a str) -> Option<Self> {
         let p: Plain<'a> = serde_json::from_str(payload).ok()?;
         let d = &p.choices.0.delta;
-        let plain = p.choices.0.finish_reason.0 && !d.text().is_empty() && !(p.usage.0 || d.role.0 || d.rewritten());
+        let plain = p.choices.0.finish_reason.0
+            && !d.text().is_empty()
+            && d.role != Role::Other
+            && !(p.usage.0 || d.rewritten());
         plain.then_some(p)
+    }
+
+    /// Whether the delta says `role: "assistant"`: the full path writes
+    /// that on a choice's first delta and drops it from every other.
+    pub fn says_role(&self) -> bool {
+        self.choices.0.delta.role == Role::Assistant
     }
 
     pub fn index(&self) -> u32 {
@@ -228,6 +239,38 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
     }
 }
 
+/// A delta's `role`: absent, `"assistant"`, or anything else (`null`
+/// included, which the full path drops).
+#[derive(Default, PartialEq, Eq, Clone, Copy)]
+enum Role {
+    #[default]
+    Absent,
+    Assistant,
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Role {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Role;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a role")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Role, E> {
+                Ok(if v == "assistant" { Role::Assistant } else { Role::Other })
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Role, E> {
+                Ok(Role::Other)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Role, E> {
+                Ok(Role::Other)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// Whether the key was there at all (any value, `null` included).
 #[derive(Default)]
 struct Seen(bool);
@@ -284,6 +327,9 @@ mod tests {
         assert_eq!(p, Some(("c1", "chat.completion.chunk", 7, "m", 0, "Hi".to_string())));
         let escaped = PLAIN.replace(r#""Hi""#, r#""a\nb\u00e9""#);
         assert_eq!(Plain::read(&escaped).map(|p| p.content().to_string()), Some("a\nbé".to_string()));
+        assert_eq!(Plain::read(PLAIN).map(|p| p.says_role()), Some(false));
+        let first = PLAIN.replace(r#""content":"Hi""#, r#""role":"assistant","content":"Hi""#);
+        assert_eq!(Plain::read(&first).map(|p| p.says_role()), Some(true));
     }
 
     #[test]
@@ -304,7 +350,8 @@ mod tests {
         for (from, to) in [
             (r#""content":"Hi""#, r#""content":"""#),
             (r#""content":"Hi""#, r#""content":null"#),
-            (r#""content":"Hi""#, r#""role":"assistant","content":"Hi""#),
+            (r#""content":"Hi""#, r#""role":"user","content":"Hi""#),
+            (r#""content":"Hi""#, r#""role":null,"content":"Hi""#),
             (r#""content":"Hi""#, r#""content":"Hi","reasoning_content":null"#),
             (r#""content":"Hi""#, r#""content":"Hi","reasoning":"r""#),
             (r#""content":"Hi""#, r#""content":"Hi","tool_calls":[]"#),

@@ -112,13 +112,18 @@ impl Normalizer {
         if let Some(i) = self.choices.iter().position(|c| c.index == index) {
             return i;
         }
-        let extractor = self.extractor();
+        let st = self.new_choice(index);
         // Room for the one choice nearly every answer has: a `Vec` grows to
         // four at once, and every open stream would carry the other three.
         self.choices.reserve_exact(1);
-        self.choices.push(ChoiceState {
+        self.choices.push(st);
+        self.choices.len() - 1
+    }
+
+    fn new_choice(&self, index: u32) -> ChoiceState {
+        ChoiceState {
             index,
-            extractor,
+            extractor: self.extractor(),
             role_sent: false,
             native: Vec::new(),
             next_call: 0,
@@ -126,8 +131,7 @@ impl Normalizer {
             reasoning: String::new(),
             turn: TurnHash::default(),
             call_ids: Vec::new(),
-        });
-        self.choices.len() - 1
+        }
     }
 
     /// A new choice's extractor.
@@ -186,12 +190,16 @@ impl Normalizer {
 
     /// `Some(None)`: send the payload as it is; `Some(Some(_))`: this instead.
     fn forward_as(&mut self, payload: &str) -> Option<Option<String>> {
+        if self.choices.is_empty() {
+            return self.forward_first(payload);
+        }
         let [st] = self.choices.as_mut_slice() else { return None };
         if st.done || !st.role_sent {
             return None;
         }
         let p = super::forward::Plain::read(payload)?;
         let same = p.index() == st.index
+            && !p.says_role()
             && p.id == self.meta.id
             && p.model == self.meta.model
             && p.created == self.meta.created
@@ -199,6 +207,33 @@ impl Normalizer {
         if !same {
             return None;
         }
+        Self::pass(st, &p, payload)
+    }
+
+    /// The response's first chunk, when it is plain and says the role (as
+    /// Ollama's and others' do): the full path would take its id, `created`
+    /// and model as the response's and send its delta with the role, as it is.
+    fn forward_first(&mut self, payload: &str) -> Option<Option<String>> {
+        if !self.meta.id.is_empty() {
+            return None;
+        }
+        let p = super::forward::Plain::read(payload)?;
+        if !p.says_role() || p.id.is_empty() || p.created == 0 || p.object != "chat.completion.chunk" {
+            return None;
+        }
+        let mut st = self.new_choice(p.index());
+        st.role_sent = true;
+        // Taken only if it passes: otherwise the full path starts afresh.
+        let wire = Self::pass(&mut st, &p, payload)?;
+        self.meta = Meta { id: p.id.to_owned(), created: p.created, model: p.model.to_owned() };
+        self.choices.reserve_exact(1);
+        self.choices.push(st);
+        Some(wire)
+    }
+
+    /// The text of a plain delta through the choice's extractor: `None` when
+    /// the extractor wants it (nothing taken), else what to send.
+    fn pass(st: &mut ChoiceState, p: &super::forward::Plain<'_>, payload: &str) -> Option<Option<String>> {
         let text = p.content();
         let at = p.content_at(payload);
         let passed = st.extractor.pass(text, at.is_some())?;
