@@ -105,7 +105,7 @@ impl Connector {
         mut req: http::Request<Full<Bytes>>,
     ) -> Result<http::Response<Body>, Failed> {
         loop {
-            let (mut conn, reused) = match take_idle(&url.host).await {
+            let (mut conn, reused) = match take_idle(&url.host) {
                 Some(conn) => (conn, true),
                 None => (self.open(url).await?, false),
             };
@@ -193,26 +193,24 @@ thread_local! {
     static IDLE: RefCell<Vec<(HeaderValue, Vec<Conn>)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The most recently used idle connection to `host` that is still open and
-/// free (a connection put back as its body ended is free once its task has
-/// run, which `ready` waits for).
-async fn take_idle(host: &HeaderValue) -> Option<Conn> {
-    loop {
-        let mut conn = IDLE.with(|idle| {
-            let mut idle = idle.borrow_mut();
-            idle.iter_mut().find(|(h, _)| h == host).and_then(|(_, conns)| conns.pop())
-        })?;
-        if conn.sender.is_closed() {
-            continue;
-        }
-        if conn.sender.is_ready() || conn.sender.ready().await.is_ok() {
-            return Some(conn);
-        }
-    }
+/// The most recently used connection to `host` that is free now; lets go of
+/// the closed ones on the way. One that is neither (its task has not yet
+/// seen the end of the last answer) stays for a later request: waiting for
+/// it could take as long as the upstream's next byte.
+fn take_idle(host: &HeaderValue) -> Option<Conn> {
+    IDLE.with(|idle| {
+        let mut idle = idle.borrow_mut();
+        let (_, conns) = idle.iter_mut().find(|(h, _)| h == host)?;
+        conns.retain(|c| !c.sender.is_closed());
+        let free = conns.iter().rposition(|c| c.sender.is_ready())?;
+        Some(conns.remove(free))
+    })
 }
 
-/// Puts a connection whose answer was read to the end back for the next
-/// request to `host`, and lets go of the ones its task closed.
+/// Puts a connection back for the next request to `host` once its answer is
+/// done with: read to the end, or dropped (hyper then reads what is left
+/// of it if that is already there, as after an SSE stream's `[DONE]`, and
+/// the connection is free again; or closes it).
 fn put_back(host: &HeaderValue, conn: Conn) {
     conn.idle_since.store(now_ms(), Ordering::Relaxed);
     IDLE.with(|idle| {
@@ -228,9 +226,8 @@ fn put_back(host: &HeaderValue, conn: Conn) {
 }
 
 /// An answer's body: hyper's, and the connection it came on, which goes
-/// back to this thread's idle list when the body has been read to the end.
-/// A body dropped before its end takes the connection with it (hyper closes
-/// a connection whose answer was not read).
+/// back to this thread's list when the body has been read to the end or is
+/// dropped (see [`put_back`]), unless reading it failed.
 pub struct Body {
     inner: hyper::body::Incoming,
     conn: Option<Conn>,
@@ -267,6 +264,12 @@ impl http_body::Body for Body {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+impl Drop for Body {
+    fn drop(&mut self) {
+        self.done();
     }
 }
 
@@ -384,6 +387,25 @@ mod tests {
         // Every connection of this server answers the partial body first.
         drop(c.send(&url, request(&url)).await.expect("sent"));
         assert_eq!(accepted.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test]
+    async fn a_body_left_after_its_last_byte_arrived_keeps_its_connection() {
+        // As an SSE reader stops at `[DONE]`: the chunked body's end is in
+        // hand but not read.
+        const CHUNKED: &str = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n";
+        let (port, accepted) = server(vec![CHUNKED, CHUNKED]).await;
+        let url = direct_uri(&format!("http://127.0.0.1:{port}/v1/chat/completions")).expect("direct");
+        let c = Connector::new(Duration::from_secs(1));
+        for _ in 0..2 {
+            let mut body = c.send(&url, request(&url)).await.expect("sent").into_body();
+            let frame = http_body_util::BodyExt::frame(&mut body).await;
+            let data = frame.and_then(|f| f.ok()).and_then(|f| f.into_data().ok());
+            assert_eq!(data.as_deref(), Some(&b"ok"[..]));
+            drop(body);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(accepted.load(Ordering::Relaxed), 1);
     }
 
     #[tokio::test(start_paused = true)]

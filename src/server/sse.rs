@@ -66,6 +66,13 @@ impl Event {
             b.extend_from_slice(n.as_bytes());
             b.extend_from_slice(b"\n");
         }
+        if memchr::memchr(b'\n', text.as_bytes()).is_none() {
+            // One line, as every JSON payload: no per-character split.
+            b.extend_from_slice(b"data: ");
+            b.extend_from_slice(text.trim_end_matches('\r').as_bytes());
+            b.extend_from_slice(b"\n\n");
+            return Event(b.freeze());
+        }
         for line in text.split('\n') {
             b.extend_from_slice(b"data: ");
             b.extend_from_slice(line.trim_end_matches('\r').as_bytes());
@@ -193,6 +200,8 @@ mod tests {
         assert_eq!(Event::data("{\"a\":1}").as_bytes(), b"data: {\"a\":1}\n\n");
         assert_eq!(Event::named("response.created", "{}").as_bytes(), b"event: response.created\ndata: {}\n\n");
         assert_eq!(Event::data("a\nb").as_bytes(), b"data: a\ndata: b\n\n");
+        assert_eq!(Event::data("a\r\nb\r").as_bytes(), b"data: a\ndata: b\n\n");
+        assert_eq!(Event::data("a\r").as_bytes(), b"data: a\n\n");
         assert_eq!(Event::comment("tool_trace {}").as_bytes(), b": tool_trace {}\n\n");
         assert_eq!(done().as_bytes(), b"data: [DONE]\n\n");
     }
