@@ -130,7 +130,7 @@ impl Connector {
         let (sender, connection) =
             hyper::client::conn::http1::handshake::<_, Full<Bytes>>(io).await.map_err(Failed::Send)?;
         let idle_since = Arc::new(AtomicU64::new(BUSY));
-        tokio::spawn(drive(connection, idle_since.clone()));
+        tokio::spawn(Drive::new(connection, idle_since.clone()));
         Ok(Conn { sender, idle_since })
     }
 }
@@ -146,32 +146,48 @@ fn now_ms() -> u64 {
     START.elapsed().as_millis() as u64
 }
 
-/// Runs a connection until it closes, or until it has been idle for
-/// [`IDLE_LIMIT`] (checked every tenth of it: one timer per connection,
-/// never moved by requests).
-async fn drive(
+/// The task of one connection: runs it until it closes, or until it has
+/// been idle for [`IDLE_LIMIT`] (checked every tenth of it: one timer per
+/// connection, never moved by requests). A plain struct rather than an
+/// `async fn`, whose state would hold the connection twice (the argument and
+/// its pinned copy) in every open stream's task.
+struct Drive {
     connection: hyper::client::conn::http1::Connection<TokioIo<tokio::net::TcpStream>, Full<Bytes>>,
+    tick: tokio::time::Interval,
     idle_since: Arc<AtomicU64>,
-) {
-    let limit = IDLE_LIMIT.as_millis() as u64;
-    let mut tick = tokio::time::interval(IDLE_LIMIT / 10);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tokio::pin!(connection);
-    loop {
-        tokio::select! {
-            r = &mut connection => {
-                if let Err(e) = r {
-                    tracing::debug!(error = %e, "upstream connection closed");
-                }
-                return;
+}
+
+impl Drive {
+    fn new(
+        connection: hyper::client::conn::http1::Connection<TokioIo<tokio::net::TcpStream>, Full<Bytes>>,
+        idle_since: Arc<AtomicU64>,
+    ) -> Self {
+        let mut tick = tokio::time::interval(IDLE_LIMIT / 10);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Drive { connection, tick, idle_since }
+    }
+}
+
+impl std::future::Future for Drive {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = &mut *self;
+        if let Poll::Ready(r) = Pin::new(&mut this.connection).poll(cx) {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "upstream connection closed");
             }
-            _ = tick.tick() => {
-                let since = idle_since.load(Ordering::Relaxed);
-                if since != BUSY && now_ms().saturating_sub(since) >= limit {
-                    return;
-                }
+            return Poll::Ready(());
+        }
+        let limit = IDLE_LIMIT.as_millis() as u64;
+        while this.tick.poll_tick(cx).is_ready() {
+            let since = this.idle_since.load(Ordering::Relaxed);
+            if since != BUSY && now_ms().saturating_sub(since) >= limit {
+                // Dropping the connection closes it.
+                return Poll::Ready(());
             }
         }
+        Poll::Pending
     }
 }
 
