@@ -63,49 +63,42 @@ impl JsonBody {
 /// An answer from either client.
 type Answer = http::Response<Either<super::direct::Body, reqwest::Body>>;
 
-/// The pooled client of one connection pool owner (a serving thread, or the
-/// shared one).
-#[derive(Clone)]
-struct Clients {
-    pooled: reqwest::Client,
+/// reqwest's client, with one connection pool: a serving thread's own, or
+/// the shared one.
+fn pooled_client(connect_timeout: Duration) -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .tcp_nodelay(true)
+        .pool_idle_timeout(super::direct::IDLE_LIMIT)
+        .build()
+        .map_err(|e| format!("cannot build HTTP client: {e}"))
 }
 
-impl Clients {
-    fn new(connect_timeout: Duration) -> Result<Self, String> {
-        let pooled = reqwest::Client::builder()
-            .connect_timeout(connect_timeout)
-            .tcp_nodelay(true)
-            .pool_idle_timeout(super::direct::IDLE_LIMIT)
-            .build()
-            .map_err(|e| format!("cannot build HTTP client: {e}"))?;
-        Ok(Clients { pooled })
-    }
-}
-
-/// The HTTP clients to every upstream: one pair of connection pools per
-/// serving thread (see [`use_thread_clients`]), one shared by every other
-/// thread.
+/// The HTTP clients to every upstream: on a serving thread, its own reqwest
+/// pool (see [`use_thread_clients`]) and its own direct connections
+/// (`direct.rs`, per thread wherever it runs); elsewhere one shared reqwest
+/// pool.
 #[derive(Clone)]
 pub struct Upstream {
-    clients: Clients,
+    pooled: reqwest::Client,
     connect_timeout: Duration,
-    /// Tells this `Upstream`'s per-thread clients from another's.
+    /// Tells this `Upstream`'s per-thread pools from another's.
     id: u64,
     direct: super::direct::Connector,
     recorder: Option<Arc<Recorder>>,
 }
 
 thread_local! {
-    /// On a serving thread: its own clients, by `Upstream::id`. A client's
+    /// On a serving thread: its own reqwest clients, by `Upstream::id`. A client's
     /// connections are driven by tasks on the runtime that opened them, so a
     /// pool shared between the threads' runtimes would hand a request to
     /// another thread's connection and wake that thread for every read.
-    static THREAD_CLIENTS: std::cell::RefCell<Option<Vec<(u64, Clients)>>> =
+    static THREAD_CLIENTS: std::cell::RefCell<Option<Vec<(u64, reqwest::Client)>>> =
         const { std::cell::RefCell::new(None) };
 }
 
 /// Makes the calling thread (a serving thread with a runtime of its own)
-/// open its own upstream connections.
+/// keep its own reqwest pool (direct connections are per thread anyway).
 pub fn use_thread_clients() {
     THREAD_CLIENTS.with(|c| *c.borrow_mut() = Some(Vec::new()));
 }
@@ -138,7 +131,7 @@ impl Upstream {
         static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let id = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Upstream {
-            clients: Clients::new(connect_timeout)?,
+            pooled: pooled_client(connect_timeout)?,
             connect_timeout,
             id,
             direct: super::direct::Connector::new(connect_timeout),
@@ -146,18 +139,19 @@ impl Upstream {
         })
     }
 
-    /// This thread's clients (see [`use_thread_clients`]), else the shared ones.
-    fn clients(&self) -> Clients {
+    /// This thread's reqwest client (see [`use_thread_clients`]), else the
+    /// shared one.
+    fn pooled(&self) -> reqwest::Client {
         THREAD_CLIENTS.with(|c| {
             let mut c = c.borrow_mut();
-            let Some(mine) = c.as_mut() else { return self.clients.clone() };
-            if let Some((_, clients)) = mine.iter().find(|(id, _)| *id == self.id) {
-                return clients.clone();
+            let Some(mine) = c.as_mut() else { return self.pooled.clone() };
+            if let Some((_, client)) = mine.iter().find(|(id, _)| *id == self.id) {
+                return client.clone();
             }
-            // Built like the shared ones, which proved the settings valid.
-            let clients = Clients::new(self.connect_timeout).unwrap_or_else(|_| self.clients.clone());
-            mine.push((self.id, clients.clone()));
-            clients
+            // Built like the shared one, which proved the settings valid.
+            let client = pooled_client(self.connect_timeout).unwrap_or_else(|_| self.pooled.clone());
+            mine.push((self.id, client.clone()));
+            client
         })
     }
 
@@ -201,13 +195,13 @@ impl Upstream {
             *req.headers_mut() = headers;
             return Ok(Outgoing::Direct(url, req));
         }
-        let clients = self.clients();
+        let client = self.pooled();
         let rb = match p.parsed_url(path) {
-            Some(url) => clients.pooled.request(method, url),
-            None => clients.pooled.request(method, format!("{}/{}", p.base_url, path.trim_start_matches('/'))),
+            Some(url) => client.request(method, url),
+            None => client.request(method, format!("{}/{}", p.base_url, path.trim_start_matches('/'))),
         };
         let req = rb.headers(headers).body(body).build().map_err(|e| bad_request(p, &e))?;
-        Ok(Outgoing::Pooled(clients.pooled, req))
+        Ok(Outgoing::Pooled(client, req))
     }
 
     /// POSTs a JSON body and classifies the answer.
