@@ -8,8 +8,8 @@
 //! connection's details in the response's extensions, and spawns a task that
 //! waits for the connection to be free again to put it back. Here a thread's
 //! idle connections are a short list per authority, the request line is the
-//! path the provider parsed once, and a connection goes back to its list on
-//! the thread that read the answer's last byte, from the body itself.
+//! path the provider parsed once, and the answer's body puts its connection
+//! back, on the thread that reads it, once read to the end or dropped.
 //!
 //! Connections are opened with hyper-util's `HttpConnector` (DNS, happy
 //! eyeballs, connect timeout, `TCP_NODELAY`, TCP keepalive), driven by a
@@ -36,7 +36,7 @@ use tower_service::Service;
 /// How long an unused connection is kept for the next request.
 pub const IDLE_LIMIT: Duration = Duration::from_secs(90);
 /// Idle time before the first TCP keepalive probe, and between probes.
-pub const TCP_KEEPALIVE: Duration = Duration::from_secs(15);
+const TCP_KEEPALIVE: Duration = Duration::from_secs(15);
 
 /// An upstream URL that requests may send directly (see [`direct_uri`]):
 /// where to connect, the request target and the `Host` header, made once.
@@ -214,13 +214,16 @@ thread_local! {
 /// seen the end of the last answer) stays for a later request: waiting for
 /// it could take as long as the upstream's next byte.
 fn take_idle(host: &HeaderValue) -> Option<Conn> {
-    IDLE.with(|idle| {
+    // `try_with`: nothing to take from a thread that is ending.
+    IDLE.try_with(|idle| {
         let mut idle = idle.borrow_mut();
         let (_, conns) = idle.iter_mut().find(|(h, _)| h == host)?;
         conns.retain(|c| !c.sender.is_closed());
         let free = conns.iter().rposition(|c| c.sender.is_ready())?;
         Some(conns.remove(free))
     })
+    .ok()
+    .flatten()
 }
 
 /// Puts a connection back for the next request to `host` once its answer is
@@ -229,7 +232,8 @@ fn take_idle(host: &HeaderValue) -> Option<Conn> {
 /// the connection is free again; or closes it).
 fn put_back(host: &HeaderValue, conn: Conn) {
     conn.idle_since.store(now_ms(), Ordering::Relaxed);
-    IDLE.with(|idle| {
+    // A body dropped as its thread ends closes its connection instead.
+    let _ = IDLE.try_with(|idle| {
         let mut idle = idle.borrow_mut();
         match idle.iter_mut().find(|(h, _)| h == host) {
             Some((_, conns)) => {
