@@ -235,11 +235,9 @@ fn put_back(host: &HeaderValue, conn: Conn) {
     // A body dropped as its thread ends closes its connection instead.
     let _ = IDLE.try_with(|idle| {
         let mut idle = idle.borrow_mut();
+        // Closed ones are let go by the next `take_idle`, not here too.
         match idle.iter_mut().find(|(h, _)| h == host) {
-            Some((_, conns)) => {
-                conns.retain(|c| !c.sender.is_closed());
-                conns.push(conn);
-            }
+            Some((_, conns)) => conns.push(conn),
             None => idle.push((host.clone(), vec![conn])),
         }
     });
@@ -346,6 +344,13 @@ mod tests {
         (port, accepted)
     }
 
+    /// A client for a fresh [`server`], with the server's accept count.
+    async fn setup(answers: Vec<&'static str>) -> (Connector, DirectUrl, Arc<AtomicU64>) {
+        let (port, accepted) = server(answers).await;
+        let url = direct_uri(&format!("http://127.0.0.1:{port}/v1/chat/completions")).expect("direct");
+        (Connector::new(Duration::from_secs(1)), url, accepted)
+    }
+
     fn request(url: &DirectUrl) -> http::Request<Full<Bytes>> {
         let mut req = http::Request::new(Full::new(Bytes::from_static(b"{}")));
         *req.method_mut() = http::Method::POST;
@@ -364,9 +369,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_connection_is_reused_once_its_answer_was_read() {
-        let (port, accepted) = server(vec![OK, OK, OK]).await;
-        let url = direct_uri(&format!("http://127.0.0.1:{port}/v1/chat/completions")).expect("direct");
-        let c = Connector::new(Duration::from_secs(1));
+        let (c, url, accepted) = setup(vec![OK, OK, OK]).await;
         for _ in 0..3 {
             let resp = c.send(&url, request(&url)).await.expect("sent");
             assert_eq!(text(resp).await, "ok");
@@ -374,8 +377,7 @@ mod tests {
         assert_eq!(accepted.load(Ordering::Relaxed), 1);
         // An answer still being read holds its connection: a second request
         // at the same time gets a new one.
-        let (port, accepted) = server(vec![OK]).await;
-        let url = direct_uri(&format!("http://127.0.0.1:{port}/x")).expect("direct");
+        let (c, url, accepted) = setup(vec![OK]).await;
         let first = c.send(&url, request(&url)).await.expect("first");
         let second = c.send(&url, request(&url)).await.expect("second");
         assert_eq!((text(first).await, text(second).await), ("ok".into(), "ok".into()));
@@ -385,9 +387,7 @@ mod tests {
     #[tokio::test]
     async fn a_connection_the_upstream_closed_is_replaced() {
         // One answer per connection, then the server closes it.
-        let (port, accepted) = server(vec![OK]).await;
-        let url = direct_uri(&format!("http://127.0.0.1:{port}/v1/chat/completions")).expect("direct");
-        let c = Connector::new(Duration::from_secs(1));
+        let (c, url, accepted) = setup(vec![OK]).await;
         for _ in 0..3 {
             let resp = c.send(&url, request(&url)).await.expect("sent");
             assert_eq!(text(resp).await, "ok");
@@ -400,9 +400,7 @@ mod tests {
     #[tokio::test]
     async fn a_body_dropped_before_its_end_does_not_come_back() {
         const PARTIAL: &str = "HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\nonly part";
-        let (port, accepted) = server(vec![PARTIAL, OK]).await;
-        let url = direct_uri(&format!("http://127.0.0.1:{port}/v1/chat/completions")).expect("direct");
-        let c = Connector::new(Duration::from_secs(1));
+        let (c, url, accepted) = setup(vec![PARTIAL, OK]).await;
         drop(c.send(&url, request(&url)).await.expect("sent"));
         // Every connection of this server answers the partial body first.
         drop(c.send(&url, request(&url)).await.expect("sent"));
@@ -414,9 +412,7 @@ mod tests {
         // As an SSE reader stops at `[DONE]`: the chunked body's end is in
         // hand but not read.
         const CHUNKED: &str = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n";
-        let (port, accepted) = server(vec![CHUNKED, CHUNKED]).await;
-        let url = direct_uri(&format!("http://127.0.0.1:{port}/v1/chat/completions")).expect("direct");
-        let c = Connector::new(Duration::from_secs(1));
+        let (c, url, accepted) = setup(vec![CHUNKED, CHUNKED]).await;
         for _ in 0..2 {
             let mut body = c.send(&url, request(&url)).await.expect("sent").into_body();
             let frame = http_body_util::BodyExt::frame(&mut body).await;
@@ -431,9 +427,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn an_idle_connection_is_closed_after_the_idle_limit() {
         // The server would answer three requests on one connection.
-        let (port, accepted) = server(vec![OK, OK, OK]).await;
-        let url = direct_uri(&format!("http://127.0.0.1:{port}/v1/chat/completions")).expect("direct");
-        let c = Connector::new(Duration::from_secs(1));
+        let (c, url, accepted) = setup(vec![OK, OK, OK]).await;
         let resp = c.send(&url, request(&url)).await.expect("sent");
         assert_eq!(text(resp).await, "ok");
         tokio::time::advance(IDLE_LIMIT / 2).await;
