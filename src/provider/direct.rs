@@ -14,7 +14,11 @@
 //! Connections are opened with hyper-util's `HttpConnector` (DNS, happy
 //! eyeballs, connect timeout, `TCP_NODELAY`, TCP keepalive), driven by a
 //! task on the runtime that opened them, and closed after [`IDLE_LIMIT`]
-//! unused, as hyper-util's pool does.
+//! unused, as hyper-util's pool does. At most [`MAX_IDLE`] per authority and
+//! thread are kept: after a burst of streams the rest close at once instead
+//! of holding their buffers here, and a socket and a worker at the upstream,
+//! for the idle limit (nginx's `keepalive N` does the same; hyper-util keeps
+//! any number).
 
 use std::cell::RefCell;
 use std::pin::Pin;
@@ -35,6 +39,9 @@ use tower_service::Service;
 
 /// How long an unused connection is kept for the next request.
 pub const IDLE_LIMIT: Duration = Duration::from_secs(90);
+/// Idle connections kept per authority and serving thread; the least
+/// recently used one closes when another comes back.
+pub const MAX_IDLE: usize = 64;
 /// Idle time before the first TCP keepalive probe, and between probes.
 const TCP_KEEPALIVE: Duration = Duration::from_secs(15);
 
@@ -237,7 +244,13 @@ fn put_back(host: &HeaderValue, conn: Conn) {
         let mut idle = idle.borrow_mut();
         // Closed ones are let go by the next `take_idle`, not here too.
         match idle.iter_mut().find(|(h, _)| h == host) {
-            Some((_, conns)) => conns.push(conn),
+            Some((_, conns)) => {
+                if conns.len() >= MAX_IDLE {
+                    // Dropping it closes it.
+                    conns.remove(0);
+                }
+                conns.push(conn);
+            }
             None => idle.push((host.clone(), vec![conn])),
         }
     });
@@ -310,18 +323,25 @@ mod tests {
         // environment's proxies (tests/production.rs covers both ways).
     }
 
+    /// Connections a test [`server`] accepted, and those the client closed.
+    #[derive(Clone, Default)]
+    struct Counts {
+        accepted: Arc<AtomicU64>,
+        closed: Arc<AtomicU64>,
+    }
+
     /// A bare HTTP/1.1 server on loopback answering each request on a
-    /// connection with `answers` in turn, then closing it; counts accepts.
-    async fn server(answers: Vec<&'static str>) -> (u16, Arc<AtomicU64>) {
+    /// connection with `answers` in turn, then closing it.
+    async fn server(answers: Vec<&'static str>) -> (u16, Counts) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().expect("addr").port();
-        let accepted = Arc::new(AtomicU64::new(0));
-        let count = accepted.clone();
+        let counts = Counts::default();
+        let c = counts.clone();
         tokio::spawn(async move {
             while let Ok((mut s, _)) = listener.accept().await {
-                count.fetch_add(1, Ordering::Relaxed);
-                let answers = answers.clone();
+                c.accepted.fetch_add(1, Ordering::Relaxed);
+                let (answers, closed) = (answers.clone(), c.closed.clone());
                 tokio::spawn(async move {
                     let mut buf = vec![0u8; 4096];
                     for a in answers {
@@ -330,7 +350,10 @@ mod tests {
                         // closing brace.
                         while !got.ends_with(b"}") {
                             match s.read(&mut buf).await {
-                                Ok(0) | Err(_) => return,
+                                Ok(0) | Err(_) => {
+                                    closed.fetch_add(1, Ordering::Relaxed);
+                                    return;
+                                }
                                 Ok(n) => got.extend_from_slice(&buf[..n]),
                             }
                         }
@@ -341,14 +364,19 @@ mod tests {
                 });
             }
         });
-        (port, accepted)
+        (port, counts)
     }
 
     /// A client for a fresh [`server`], with the server's accept count.
     async fn setup(answers: Vec<&'static str>) -> (Connector, DirectUrl, Arc<AtomicU64>) {
-        let (port, accepted) = server(answers).await;
+        let (c, url, counts) = setup_counted(answers).await;
+        (c, url, counts.accepted)
+    }
+
+    async fn setup_counted(answers: Vec<&'static str>) -> (Connector, DirectUrl, Counts) {
+        let (port, counts) = server(answers).await;
         let url = direct_uri(&format!("http://127.0.0.1:{port}/v1/chat/completions")).expect("direct");
-        (Connector::new(Duration::from_secs(1)), url, accepted)
+        (Connector::new(Duration::from_secs(1)), url, counts)
     }
 
     fn request(url: &DirectUrl) -> http::Request<Full<Bytes>> {
@@ -439,6 +467,26 @@ mod tests {
         let resp = c.send(&url, request(&url)).await.expect("sent");
         assert_eq!(text(resp).await, "ok");
         assert_eq!(accepted.load(Ordering::Relaxed), 2, "closed after the limit");
+    }
+
+    #[tokio::test]
+    async fn at_most_max_idle_connections_are_kept() {
+        let (c, url, counts) = setup_counted(vec![OK, OK]).await;
+        // All answers held at once: one connection each.
+        let mut held = Vec::new();
+        for _ in 0..MAX_IDLE + 2 {
+            held.push(c.send(&url, request(&url)).await.expect("sent"));
+        }
+        for resp in held {
+            assert_eq!(text(resp).await, "ok");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(counts.accepted.load(Ordering::Relaxed), MAX_IDLE as u64 + 2);
+        assert_eq!(counts.closed.load(Ordering::Relaxed), 2, "the two least recently used closed");
+        // The kept ones serve the next requests.
+        let resp = c.send(&url, request(&url)).await.expect("sent");
+        assert_eq!(text(resp).await, "ok");
+        assert_eq!(counts.accepted.load(Ordering::Relaxed), MAX_IDLE as u64 + 2);
     }
 
     #[tokio::test]
