@@ -581,6 +581,36 @@ def ttft_rounds(ts: list[tuple[Target, int]], a: argparse.Namespace, work: Path)
     return out
 
 
+def idle_c1(ts: list[Target], a: argparse.Namespace, work: Path, gap: float = 0.02) -> dict[str, dict]:
+    """Plain requests one at a time with `gap` seconds of quiet before each,
+    on one keep-alive connection per target, the targets interleaved request
+    by request. wrk's c=1 runs back to back, with every cache warm; after a
+    pause the proxy's code and data must come back from memory first, which is
+    what a request to a lightly used proxy (and a stream's first token) pays."""
+    body = (work / "requests" / "plain.json").read_bytes()
+    conns: dict[str, http.client.HTTPConnection] = {}
+    times: dict[str, list[float]] = {t.name: [] for t in ts}
+    hdrs = {"Content-Type": "application/json"}
+    for i in range(a.idle_requests + 3):  # the first 3 rounds unrecorded
+        for t in rotated(ts, i):
+            c = conns.get(t.name) or conns.setdefault(t.name, http.client.HTTPConnection("127.0.0.1", t.port, timeout=30))
+            time.sleep(gap)
+            t0 = time.perf_counter_ns()
+            try:
+                c.request("POST", t.path("plain"), body, hdrs)
+                r = c.getresponse()
+                r.read()
+            except (OSError, http.client.HTTPException):
+                c.close()
+                conns.pop(t.name, None)
+                continue
+            if r.status == 200 and i >= 3:
+                times[t.name].append((time.perf_counter_ns() - t0) / 1000)
+    for c in conns.values():
+        c.close()
+    return {name: {"requests": len(xs), "p50_us": pct(xs, 50), "p99_us": pct(xs, 99)} for name, xs in times.items() if xs}
+
+
 def pct(xs: list[float], p: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, max(0, round(p / 100 * len(s) + 0.5) - 1))]
@@ -639,6 +669,9 @@ async def _hold_streams(port: int, path: str, body: bytes, n: int, timeout: floa
 
 
 def hold_streams(t: Target, n: int, timeout: float, work: Path) -> dict:
+    """Two waves of n open streams, closed in between: the first wave's growth
+    is the per-stream figure; the second wave's peak shows whether the memory
+    the first one freed is used again (an allocator that fragments grows on)."""
     body = (work / "requests" / "slow.json").read_bytes()
     before = rss_kib(t.pid)
     r = asyncio.run(_hold_streams(t.port, t.path("slow"), body, n, timeout, lambda: rss_kib(t.pid)))
@@ -647,6 +680,11 @@ def hold_streams(t: Target, n: int, timeout: float, work: Path) -> dict:
     r["rss_after_close_kib"] = rss_kib(t.pid)
     if r["ready"]:
         r["kib_per_1000"] = (r["rss_open_kib"] - before) * 1000 / r["ready"]
+    again = asyncio.run(_hold_streams(t.port, t.path("slow"), body, n, timeout, lambda: rss_kib(t.pid)))
+    time.sleep(2.0)
+    r["ready2"] = again["ready"]
+    r["rss_open2_kib"] = again["rss_open_kib"]
+    r["rss_after_close2_kib"] = rss_kib(t.pid)
     return r
 
 
@@ -763,6 +801,17 @@ def render(res: dict) -> str:
         dd = f"{d['c1_p50_us']:,} / {d['c1_p99_us']:,}" if d else "–"
         L.append(f"| {lane} | {dd} | " + " | ".join(cells) + " |")
 
+    ic = res.get("idle_c1", {})
+    if ic:
+        d = ic.get("direct") or {}
+        L.append("\nAfter 20 ms of quiet (plain lane, one request at a time, targets interleaved; "
+                 "back to back above, every cache warm):\n")
+        L.append("| target | requests | p50 / p99 | added p50 / p99 |")
+        L.append("| --- | ---: | ---: | ---: |")
+        for t, v in ic.items():
+            added = (f"{v['p50_us'] - d['p50_us']:+,.0f} / {v['p99_us'] - d['p99_us']:+,.0f}" if d and t != "direct" else "–")
+            L.append(f"| {t} | {v['requests']} | {v['p50_us']:,.0f} / {v['p99_us']:,.0f} | {added} |")
+
     L.append("\n## Proxy CPU per request (µs, from /proc utime+stime during the throughput run)\n")
     L.append("| lane | nginx proxy_pass | modelshim | LiteLLM |")
     L.append("| --- | ---: | ---: | ---: |")
@@ -787,8 +836,8 @@ def render(res: dict) -> str:
                  f"{fmt(added, ' µs')} | {fmt(v['total_p50_us'] / 1000, ' ms', 1)} | {v['chunks']:.0f} |")
 
     L.append("\n## Memory and startup\n")
-    L.append("| target | idle RSS | RSS before streams | RSS with N open streams | per 1,000 open streams | after close | startup to first 200 |")
-    L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    L.append("| target | idle RSS | RSS before streams | RSS with N open streams | per 1,000 open streams | after close | second wave: open / after close | startup to first 200 |")
+    L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     mem = res.get("memory", {})
     for t in ("nginx", "modelshim", "litellm"):
         v = mem.get(t)
@@ -803,8 +852,12 @@ def render(res: dict) -> str:
             f"{fmt(v.get('rss_open_kib', 0) / 1024 if v else None, ' MiB', 1)} (N={v.get('ready', '–')}) | "
             f"{fmt(v.get('kib_per_1000', 0) / 1024 if v.get('kib_per_1000') is not None else None, ' MiB', 1)} | "
             f"{fmt(v.get('rss_after_close_kib', 0) / 1024 if v else None, ' MiB', 1)} | "
+            f"{fmt(v['rss_open2_kib'] / 1024 if v.get('rss_open2_kib') else None, ' MiB', 1)} / "
+            f"{fmt(v['rss_after_close2_kib'] / 1024 if v.get('rss_after_close2_kib') else None, ' MiB', 1)} | "
             f"{fmt(st.get('ms_p50'), ' ms', 1)}{' (max ' + fmt(st.get('ms_max'), ' ms', 1) + ')' if st.get('ms_max') else ''} |")
-    L.append("\nRSS is VmRSS summed over the process and its children (nginx workers, uvicorn workers).")
+    L.append("\nRSS is VmRSS summed over the process and its children (nginx workers, uvicorn workers). "
+             "The second wave opens as many streams again after the first closed: a peak near the first's "
+             "means the freed memory was used again.")
 
     L.append("\n## Targets\n")
     L.append("| target | measured | verdict |")
@@ -885,6 +938,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=None,
                     help="interleaved rounds per lane: the duration, the latency duration and the streams are split over them")
     ap.add_argument("--streams", type=int, default=None, help="sequential streams for TTFT")
+    ap.add_argument("--idle-requests", type=int, default=None, help="plain requests per target after 20 ms of quiet")
     ap.add_argument("--open-streams", type=int, default=1000, help="concurrent streams for the memory test")
     ap.add_argument("--startup-runs", type=int, default=None)
     ap.add_argument("--profile", action="store_true", help="perf profile of modelshim in the streamed lane")
@@ -899,6 +953,7 @@ def main() -> int:
     a.warmup = a.warmup or (1 if q else 2)
     a.rounds = a.rounds or (3 if q else 5)
     a.streams = a.streams or (30 if q else 300)
+    a.idle_requests = a.idle_requests or (60 if q else 300)
     a.startup_runs = a.startup_runs or (3 if q else 10)
     lanes = [x for x in a.lanes.split(",") if x in LANES]
 
@@ -922,7 +977,7 @@ def main() -> int:
     res: dict = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(), "label": a.label,
         "command": a.command or " ".join(shlex.quote(x) for x in sys.argv),
-        "args": {k: getattr(a, k) for k in ("connections", "threads", "duration", "latency_duration", "warmup", "rounds", "streams", "open_streams")},
+        "args": {k: getattr(a, k) for k in ("connections", "threads", "duration", "latency_duration", "warmup", "rounds", "streams", "idle_requests", "open_streams")},
         "versions": {"nginx": version(["nginx", "-v"]).replace("nginx version: ", ""),
                      "wrk": version(["wrk", "-v"]).split(" [")[0]},
         "modelshim_version": version([a.binary, "--version"]),
@@ -1028,6 +1083,8 @@ def main() -> int:
         ts = [(t, ports["paced"] if t.name == "direct" else t.port) for t in targets_ if t.name != "litellm"]
         log(f"ttft {', '.join(t.name for t, _ in ts)} ({a.streams} streams each, {a.rounds} rounds)")
         res["ttft"] = ttft_rounds(ts, a, work)
+        log(f"c=1 after 20 ms idle: {', '.join(t.name for t, _ in ts)} ({a.idle_requests} requests each)")
+        res["idle_c1"] = idle_c1([t for t, _ in ts if "plain" in runnable[t.name]], a, work)
         for t in targets_:
             if t.name == "litellm":
                 log(f"ttft litellm ({a.streams} streams)")
