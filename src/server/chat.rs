@@ -171,10 +171,7 @@ async fn start(s: &Shared, req: ChatRequest, as_is: bool) -> Result<Started, Api
                 return Err(e.into());
             }
             let first = match first {
-                Some(Ok(data)) => Some(match norm.forward(data) {
-                    Ok(wire) => Out::Same(wire),
-                    Err(data) => Out::Chunk(parse_chunk(&data)?),
-                }),
+                Some(Ok(data)) => Some(read(&mut norm, data)?),
                 _ => None,
             };
             Ok(Started::Stream { events, first, norm })
@@ -309,15 +306,9 @@ fn outs(
                     return;
                 }
             };
-            let data = match norm.forward(data) {
-                Ok(wire) => {
-                    yield Ok(Out::Same(wire));
-                    continue;
-                }
-                Err(data) => data,
-            };
-            match parse_chunk(&data) {
-                Ok(c) => {
+            match read(&mut norm, data) {
+                Ok(Out::Same(wire)) => yield Ok(Out::Same(wire)),
+                Ok(Out::Chunk(c)) => {
                     norm.push(c, &mut out);
                     for c in out.drain(..) {
                         yield Ok(Out::Chunk(c));
@@ -340,6 +331,15 @@ fn outs(
         for c in out.drain(..) {
             yield Ok(Out::Chunk(c));
         }
+    }
+}
+
+/// An upstream payload as the normalizer takes it: sent on as it came (see
+/// [`Normalizer::forward`]), or parsed for [`Normalizer::push`].
+fn read(norm: &mut Normalizer, data: String) -> Result<Out, UpstreamError> {
+    match norm.forward(data) {
+        Ok(wire) => Ok(Out::Same(wire)),
+        Err(data) => parse_chunk(&data).map(Out::Chunk),
     }
 }
 
