@@ -21,6 +21,7 @@ use crate::error::ApiError;
 use crate::openai::{ChatRequest, Chunk, Completion};
 use crate::provider::upstream::{Events, JsonBody, Reply};
 use crate::provider::{Route, UpstreamError};
+use crate::state::StateStore;
 use crate::stream::{Assembler, Normalizer, completion_to_chunk, normalize::Settings};
 use crate::toolcall::ToolIndex;
 
@@ -46,7 +47,7 @@ pub async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Byte
     if client_stream {
         return Ok(match started {
             // The stream's own path, so plain content deltas can be forwarded as they came.
-            Started::Stream { events, first, norm } => sse(outs(events, first, norm, s)),
+            Started::Stream { events, first, norm } => sse(outs(events, first, norm, &s)),
             whole => sse(whole.chunks(&s)),
         });
     }
@@ -275,61 +276,100 @@ pub(crate) enum Out {
 /// An upstream stream through the normalizer. The upstream is read only as
 /// fast as the client takes chunks (backpressure), and dropping the stream
 /// (client gone) drops the upstream connection.
-fn outs(
-    mut events: Events,
-    first: Option<Out>,
-    mut norm: Normalizer,
-    s: Shared,
-) -> impl Stream<Item = Result<Out, UpstreamError>> + Send {
-    // The first chunk is normalized here, not captured by the generator,
-    // which would keep its slot for the life of the stream. Room for one
-    // chunk: most upstream chunks make one or none.
-    let mut out = Vec::with_capacity(1);
+fn outs(events: Events, first: Option<Out>, mut norm: Normalizer, s: &Shared) -> Outs {
+    // Room for one chunk: most upstream chunks make one or none.
+    let mut ready = Vec::with_capacity(1);
     let mut same = None;
     match first {
-        Some(Out::Chunk(c)) => norm.push(c, &mut out),
+        Some(Out::Chunk(c)) => {
+            norm.push(c, &mut ready);
+            ready.reverse();
+        }
         Some(Out::Same(wire)) => same = Some(wire),
         None => {}
     }
-    async_stream::stream! {
-        if let Some(wire) = same.take() {
-            yield Ok(Out::Same(wire));
-        }
-        for c in out.drain(..) {
-            yield Ok(Out::Chunk(c));
-        }
-        while let Some(ev) = events.next().await {
-            let data = match ev {
-                Ok(data) => data,
-                Err(e) => {
-                    yield Err(e);
-                    return;
-                }
-            };
-            match read(&mut norm, data) {
-                Ok(Out::Same(wire)) => yield Ok(Out::Same(wire)),
-                Ok(Out::Chunk(c)) => {
-                    norm.push(c, &mut out);
-                    for c in out.drain(..) {
-                        yield Ok(Out::Chunk(c));
+    Outs { events, norm, ready, same, store: s.store.clone(), ttl: s.state_ttl, state: OutsState::Reading }
+}
+
+/// The stream [`outs`] makes. A plain stream rather than a generator, which
+/// kept a slot for a chunk in flight at each of its yields: 1.2 KiB in every
+/// open stream, where this is 0.4.
+struct Outs {
+    events: Events,
+    norm: Normalizer,
+    /// Chunks made and not yet taken, the next one last.
+    ready: Vec<Chunk>,
+    /// A payload sent on as it came, before anything else.
+    same: Option<String>,
+    /// Where the reasoning of turns that made calls is remembered.
+    store: Arc<dyn StateStore>,
+    ttl: std::time::Duration,
+    state: OutsState,
+}
+
+enum OutsState {
+    Reading,
+    /// The upstream ended: the reasoning seen is being stored before the
+    /// last chunks go out, so a client that sends its next turn the moment
+    /// it sees them finds it.
+    Remembering(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>),
+    /// Nothing more to read: what is ready, then the end.
+    Ended,
+}
+
+impl Stream for Outs {
+    type Item = Result<Out, UpstreamError>;
+
+    fn poll_next(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        loop {
+            if let OutsState::Remembering(stored) = &mut this.state {
+                std::task::ready!(stored.as_mut().poll(cx));
+                this.state = OutsState::Ended;
+            }
+            if let Some(wire) = this.same.take() {
+                return Poll::Ready(Some(Ok(Out::Same(wire))));
+            }
+            if let Some(c) = this.ready.pop() {
+                return Poll::Ready(Some(Ok(Out::Chunk(c))));
+            }
+            if !matches!(this.state, OutsState::Reading) {
+                return Poll::Ready(None);
+            }
+            match std::task::ready!(this.events.poll_next_unpin(cx)) {
+                Some(Ok(data)) => match read(&mut this.norm, data) {
+                    Ok(Out::Chunk(c)) => {
+                        this.norm.push(c, &mut this.ready);
+                        this.ready.reverse();
                     }
+                    same @ Ok(Out::Same(_)) => return Poll::Ready(Some(same)),
+                    Err(e) => {
+                        this.state = OutsState::Ended;
+                        return Poll::Ready(Some(Err(e)));
+                    }
+                },
+                Some(Err(e)) => {
+                    this.state = OutsState::Ended;
+                    return Poll::Ready(Some(Err(e)));
                 }
-                Err(e) => {
-                    yield Err(e);
-                    return;
+                None => {
+                    this.norm.finish(&mut this.ready);
+                    this.ready.reverse();
+                    let captures = this.norm.captures();
+                    this.state = if captures.is_empty() {
+                        OutsState::Ended
+                    } else {
+                        let (store, ttl) = (this.store.clone(), this.ttl);
+                        OutsState::Remembering(Box::pin(async move {
+                            crate::reasoning::remember(store.as_ref(), ttl, &captures).await;
+                        }))
+                    };
                 }
             }
-        }
-        norm.finish(&mut out);
-        // Remembered before the last chunks go out, so a client that sends its
-        // next turn the moment it sees them finds the reasoning stored. Boxed:
-        // inline, its state would take room in every open stream.
-        let captures = norm.captures();
-        if !captures.is_empty() {
-            Box::pin(crate::reasoning::remember(s.store.as_ref(), s.state_ttl, &captures)).await;
-        }
-        for c in out.drain(..) {
-            yield Ok(Out::Chunk(c));
         }
     }
 }
@@ -350,7 +390,7 @@ pub(crate) fn normalized(
     norm: Normalizer,
     s: Shared,
 ) -> impl Stream<Item = Result<Chunk, UpstreamError>> + Send {
-    outs(events, first, norm, s).map(|o| match o? {
+    outs(events, first, norm, &s).map(|o| match o? {
         Out::Chunk(c) => Ok(c),
         // Forwarded, so the payload is its own normalized chunk.
         Out::Same(data) => parse_chunk(&data),
@@ -416,5 +456,95 @@ impl<C: Into<Out>, S: Stream<Item = Result<C, UpstreamError>>> Stream for SseEve
 impl From<Chunk> for Out {
     fn from(c: Chunk) -> Self {
         Out::Chunk(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{MemoryStore, ns};
+    use crate::toolcall::FormatSet;
+    use serde_json::json;
+
+    fn settings() -> Settings {
+        let tools =
+            json!([{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]);
+        Settings {
+            formats: Arc::new(FormatSet::all()),
+            tools: Arc::new(ToolIndex::from_openai(tools.as_array().map(Vec::as_slice).unwrap_or_default())),
+            starts_in_reasoning: false,
+            want_usage: false,
+            finish_map: Default::default(),
+            names_back: Default::default(),
+            single_call: false,
+        }
+    }
+
+    fn chunk(delta: Value, finish: Option<&str>) -> String {
+        let choice = json!({"index": 0, "delta": delta, "finish_reason": finish});
+        json!({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [choice]})
+            .to_string()
+    }
+
+    fn stream_of(events: Events, store: Arc<dyn StateStore>) -> impl Stream<Item = Result<Value, UpstreamError>> {
+        let mut norm = Normalizer::new(settings());
+        let mut ready = Vec::new();
+        let mut same = None;
+        let first = read(&mut norm, chunk(json!({"role": "assistant", "content": ""}), None)).ok();
+        match first {
+            Some(Out::Chunk(c)) => norm.push(c, &mut ready),
+            Some(Out::Same(wire)) => same = Some(wire),
+            None => {}
+        }
+        ready.reverse();
+        let outs = Outs {
+            events,
+            norm,
+            ready,
+            same,
+            store,
+            ttl: std::time::Duration::from_secs(60),
+            state: OutsState::Reading,
+        };
+        outs.map(|o| {
+            o.map(|o| match o {
+                Out::Chunk(c) => serde_json::to_value(c).unwrap_or_default(),
+                Out::Same(wire) => serde_json::from_str(&wire).unwrap_or_default(),
+            })
+        })
+    }
+
+    #[tokio::test]
+    async fn an_upstream_error_is_the_last_item_and_nothing_is_read_after_it() {
+        let events = futures_util::stream::iter([
+            Ok(chunk(json!({"content": "a"}), None)),
+            Err(UpstreamError::Protocol("broken".into())),
+        ])
+        .chain(futures_util::stream::poll_fn(|_| panic!("the upstream was read after its error")));
+        let got: Vec<_> = stream_of(Box::pin(events), Arc::new(MemoryStore::new(16))).collect().await;
+        assert!(matches!(got.last(), Some(Err(UpstreamError::Protocol(_)))), "{got:?}");
+        assert_eq!(got.iter().filter(|o| o.is_err()).count(), 1, "{got:?}");
+    }
+
+    #[tokio::test]
+    async fn reasoning_is_stored_before_the_finish_goes_out() {
+        let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new(16));
+        let call = json!({"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}});
+        let events = futures_util::stream::iter([
+            Ok(chunk(json!({"reasoning_content": "Paris first."}), None)),
+            Ok(chunk(json!({"tool_calls": [call]}), None)),
+            Ok(chunk(json!({}), Some("tool_calls"))),
+        ]);
+        let mut outs = Box::pin(stream_of(Box::pin(events), store.clone()));
+        let mut finished = false;
+        while let Some(item) = outs.next().await {
+            let c = item.expect("no error");
+            if c["choices"][0]["finish_reason"] == "tool_calls" {
+                let stored = store.get(ns::REASONING, "id:call_1").await.expect("store");
+                assert_eq!(stored.as_ref().map(|v| &v["reasoning"]), Some(&json!("Paris first.")));
+                finished = true;
+            }
+        }
+        assert!(finished, "the finish chunk went out");
     }
 }
