@@ -139,14 +139,41 @@ where
 
     fn call(&mut self, req: axum::http::Request<B>) -> Self::Future {
         use futures_util::future::Either;
-        if req.method() == axum::http::Method::POST && req.uri().path() == "/v1/chat/completions" {
-            let s = self.state.clone();
-            let req = req.map(axum::body::Body::new);
-            return Either::Left(Box::pin(async move {
-                Ok(edge::around(s.clone(), req, |req| chat::direct(s, req)).await)
-            }));
+        if is_hot(&req) {
+            return Either::Left(self.hot(req.map(axum::body::Body::new)));
         }
         Either::Right(tower_service::Service::call(&mut self.router, req))
+    }
+}
+
+impl App {
+    /// The hot route through the edge to its handler, past the router.
+    fn hot(&self, req: axum::extract::Request) -> HotFuture {
+        let s = self.state.clone();
+        Box::pin(async move { Ok(edge::around(s.clone(), req, |req| chat::direct(s, req)).await) })
+    }
+}
+
+fn is_hot<B>(req: &axum::http::Request<B>) -> bool {
+    req.method() == axum::http::Method::POST && req.uri().path() == "/v1/chat/completions"
+}
+
+/// hyper's side of [`App`], what `modelshim serve` gives hyper. hyper keeps
+/// the future of a connection's request in flight in a box made once per
+/// connection and sized for this type: a boxed future makes it 16 bytes,
+/// where hyper-util's tower adapter kept the request there (320 bytes in
+/// every open connection). The hot route's future is boxed already; the
+/// router's is boxed here.
+impl hyper::service::Service<axum::http::Request<hyper::body::Incoming>> for App {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = HotFuture;
+
+    fn call(&self, req: axum::http::Request<hyper::body::Incoming>) -> HotFuture {
+        if is_hot(&req) {
+            return self.hot(req.map(axum::body::Body::new));
+        }
+        Box::pin(tower_service::Service::call(&mut self.router.clone(), req))
     }
 }
 

@@ -135,7 +135,7 @@ async fn accept(
             },
         };
         no_delay(&mut tcp);
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let service = app.clone();
         let (builders, watcher, closing) = (builders.clone(), open.watcher(), closing.clone());
         tokio::spawn(async move {
             let proto = tokio::select! {
