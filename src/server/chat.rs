@@ -276,19 +276,8 @@ pub(crate) enum Out {
 /// An upstream stream through the normalizer. The upstream is read only as
 /// fast as the client takes chunks (backpressure), and dropping the stream
 /// (client gone) drops the upstream connection.
-fn outs(events: Events, first: Option<Out>, mut norm: Normalizer, s: &Shared) -> Outs {
-    // Room for one chunk: most upstream chunks make one or none.
-    let mut ready = Vec::with_capacity(1);
-    let mut same = None;
-    match first {
-        Some(Out::Chunk(c)) => {
-            norm.push(c, &mut ready);
-            ready.reverse();
-        }
-        Some(Out::Same(wire)) => same = Some(wire),
-        None => {}
-    }
-    Outs { events, norm, ready, same, store: s.store.clone(), ttl: s.state_ttl, state: OutsState::Reading }
+fn outs(events: Events, first: Option<Out>, norm: Normalizer, s: &Shared) -> Outs {
+    Outs::new(events, first, norm, s.store.clone(), s.state_ttl)
 }
 
 /// The stream [`outs`] makes. A plain stream rather than a generator, which
@@ -297,7 +286,8 @@ fn outs(events: Events, first: Option<Out>, mut norm: Normalizer, s: &Shared) ->
 struct Outs {
     events: Events,
     norm: Normalizer,
-    /// Chunks made and not yet taken, the next one last.
+    /// Chunks made and not yet taken, the next one last; more are made
+    /// only once it is empty.
     ready: Vec<Chunk>,
     /// A payload sent on as it came, before anything else.
     same: Option<String>,
@@ -315,6 +305,29 @@ enum OutsState {
     Remembering(std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>),
     /// Nothing more to read: what is ready, then the end.
     Ended,
+}
+
+impl Outs {
+    fn new(
+        events: Events,
+        first: Option<Out>,
+        mut norm: Normalizer,
+        store: Arc<dyn StateStore>,
+        ttl: std::time::Duration,
+    ) -> Self {
+        // Room for one chunk: most upstream chunks make one or none.
+        let mut ready = Vec::with_capacity(1);
+        let mut same = None;
+        match first {
+            Some(Out::Chunk(c)) => {
+                norm.push(c, &mut ready);
+                ready.reverse();
+            }
+            Some(Out::Same(wire)) => same = Some(wire),
+            None => {}
+        }
+        Outs { events, norm, ready, same, store, ttl, state: OutsState::Reading }
+    }
 }
 
 impl Stream for Outs {
@@ -488,24 +501,8 @@ mod tests {
 
     fn stream_of(events: Events, store: Arc<dyn StateStore>) -> impl Stream<Item = Result<Value, UpstreamError>> {
         let mut norm = Normalizer::new(settings());
-        let mut ready = Vec::new();
-        let mut same = None;
         let first = read(&mut norm, chunk(json!({"role": "assistant", "content": ""}), None)).ok();
-        match first {
-            Some(Out::Chunk(c)) => norm.push(c, &mut ready),
-            Some(Out::Same(wire)) => same = Some(wire),
-            None => {}
-        }
-        ready.reverse();
-        let outs = Outs {
-            events,
-            norm,
-            ready,
-            same,
-            store,
-            ttl: std::time::Duration::from_secs(60),
-            state: OutsState::Reading,
-        };
+        let outs = Outs::new(events, first, norm, store, std::time::Duration::from_secs(60));
         outs.map(|o| {
             o.map(|o| match o {
                 Out::Chunk(c) => serde_json::to_value(c).unwrap_or_default(),

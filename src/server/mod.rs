@@ -154,6 +154,7 @@ impl App {
     }
 }
 
+/// The chat route, served past the router (see [`App`]).
 fn is_hot<B>(req: &axum::http::Request<B>) -> bool {
     req.method() == axum::http::Method::POST && req.uri().path() == "/v1/chat/completions"
 }
