@@ -319,15 +319,19 @@ impl Outs {
         let mut ready = Vec::with_capacity(1);
         let mut same = None;
         match first {
-            Some(Out::Chunk(c)) => {
-                norm.push(c, &mut ready);
-                ready.reverse();
-            }
+            Some(Out::Chunk(c)) => refill(&mut ready, |r| norm.push(c, r)),
             Some(Out::Same(wire)) => same = Some(wire),
             None => {}
         }
         Outs { events, norm, ready, same, store, ttl, state: OutsState::Reading }
     }
+}
+
+/// Fills the (empty) ready list in order, then turns it so the next chunk
+/// is the one `pop` takes.
+fn refill(ready: &mut Vec<Chunk>, make: impl FnOnce(&mut Vec<Chunk>)) {
+    make(ready);
+    ready.reverse();
 }
 
 impl Stream for Outs {
@@ -355,10 +359,7 @@ impl Stream for Outs {
             }
             match std::task::ready!(this.events.poll_next_unpin(cx)) {
                 Some(Ok(data)) => match read(&mut this.norm, data) {
-                    Ok(Out::Chunk(c)) => {
-                        this.norm.push(c, &mut this.ready);
-                        this.ready.reverse();
-                    }
+                    Ok(Out::Chunk(c)) => refill(&mut this.ready, |r| this.norm.push(c, r)),
                     same @ Ok(Out::Same(_)) => return Poll::Ready(Some(same)),
                     Err(e) => {
                         this.state = OutsState::Ended;
@@ -370,8 +371,7 @@ impl Stream for Outs {
                     return Poll::Ready(Some(Err(e)));
                 }
                 None => {
-                    this.norm.finish(&mut this.ready);
-                    this.ready.reverse();
+                    refill(&mut this.ready, |r| this.norm.finish(r));
                     let captures = this.norm.captures();
                     this.state = if captures.is_empty() {
                         OutsState::Ended
