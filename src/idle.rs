@@ -33,6 +33,10 @@ impl Silence {
         Silence { period, last: Instant::now(), timer: None, waker: None }
     }
 
+    pub fn period(&self) -> Duration {
+        self.period
+    }
+
     /// Something happened: the silence starts again now.
     pub fn touch(&mut self) {
         self.last = Instant::now();

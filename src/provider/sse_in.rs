@@ -13,6 +13,8 @@
 //! strings per event. The idle timer is armed once and moved only when it
 //! fires, not re-registered per read.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::idle::Silence;
@@ -27,89 +29,148 @@ use super::upstream::Events;
 /// `data` payloads of an SSE body. Comment lines and keep-alives are skipped;
 /// `[DONE]` ends the stream; a silence longer than `idle` ends it with a
 /// timeout error. A recording sees each event as it is passed on and is
-/// written when the stream ends.
+/// written when the body ends cleanly (a broken stream is not recorded).
 pub(super) fn events<S, E>(body: S, idle: Duration, rec: Option<Recording>) -> Events
 where
-    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    S: Stream<Item = Result<Bytes, E>> + Send + Unpin + 'static,
     E: std::fmt::Display + Send + 'static,
 {
-    let mut pieces = Box::pin(event_aligned(body));
-    // Boxed: the generator keeps a slot for it all stream long, recording or not.
-    let mut rec = rec.map(Box::new);
-    Box::pin(async_stream::stream! {
-        // Made when a piece first needs it: most bodies never do.
-        // Boxed: the generator keeps its slot all stream long.
-        let mut parser: Option<Box<Parser>> = None;
-        let mut ended = false;
-        // The last bytes given to the parser: it holds nothing when they end
-        // a blank line.
-        let mut fed_tail = Tail::default();
-        let mut silence = Silence::new(idle);
-        'body: loop {
-            let next = tokio::select! {
-                biased;
-                piece = pieces.next() => piece,
-                () = silence.elapsed() => {
-                    yield Err(UpstreamError::Timeout(format!("stream idle for {idle:?}")));
-                    break;
-                }
-            };
-            silence.touch();
-            match next {
-                Some(Err(e)) => {
-                    yield Err(UpstreamError::Connect(format!("stream broken: {e}")));
-                    break;
-                }
-                Some(Ok(piece)) => {
-                    if fed_tail.ends_event()
-                        && let Some(data) = one_data_line(&piece)
-                    {
-                        if let Some(r) = rec.as_mut() {
-                            r.event("message", data);
+    Box::pin(Payloads {
+        body,
+        read: Bytes::new(),
+        parser: None,
+        parsing: false,
+        fed_tail: Tail::default(),
+        silence: Silence::new(idle),
+        rec: rec.map(Box::new),
+        state: State::Reading,
+    })
+}
+
+/// The stream [`events`] returns. A plain state machine, not a generator:
+/// it is held for the life of every proxied stream, and a generator keeps
+/// slots for the values live at each of its yields (496 bytes against ~250).
+struct Payloads<S> {
+    body: S,
+    /// What is left of the last read, handed out in event-aligned pieces.
+    read: Bytes,
+    /// Made when a piece first needs it: most bodies never do.
+    parser: Option<Box<Parser>>,
+    /// The parser was given something since it last had nothing to give.
+    parsing: bool,
+    /// The last bytes given to the parser: it holds nothing when they end
+    /// a blank line.
+    fed_tail: Tail,
+    silence: Silence,
+    /// Boxed: most streams are not recorded.
+    rec: Option<Box<Recording>>,
+    state: State,
+}
+
+#[derive(PartialEq)]
+enum State {
+    Reading,
+    /// The body has ended; the parser gives what it still holds.
+    Draining,
+    Ended,
+}
+
+impl<S, E> Stream for Payloads<S>
+where
+    S: Stream<Item = Result<Bytes, E>> + Unpin,
+    E: std::fmt::Display,
+{
+    type Item = Result<String, UpstreamError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        loop {
+            if this.state == State::Ended {
+                return Poll::Ready(None);
+            }
+            if this.parsing {
+                match this.parser.as_mut().and_then(|p| p.next()) {
+                    Some(Ok(ev)) => {
+                        if let Some(r) = this.rec.as_mut() {
+                            r.event(&ev.event, &ev.data);
                         }
-                        match payload(data) {
-                            Payload::Done => break,
-                            Payload::Skip => {}
-                            Payload::Data => yield Ok(data.to_owned()),
+                        match payload(&ev.data) {
+                            Payload::Done => return this.end(),
+                            Payload::Skip => continue,
+                            Payload::Data => return Poll::Ready(Some(Ok(ev.data))),
                         }
-                        continue;
                     }
-                    fed_tail.push(&piece);
-                    parser.get_or_insert_with(|| Box::new(Parser::new())).push(piece);
-                }
-                // The end of the body: the parser reads what it still holds.
-                None => {
-                    ended = true;
-                    if let Some(p) = parser.as_mut() {
-                        p.close();
-                    }
+                    Some(Err(e)) => return this.fail(UpstreamError::Connect(format!("stream broken: {e}"))),
+                    None => this.parsing = false,
                 }
             }
-            while let Some(ev) = parser.as_mut().and_then(|p| p.next()) {
-                let ev = match ev {
-                    Ok(ev) => ev,
-                    Err(e) => {
-                        yield Err(UpstreamError::Connect(format!("stream broken: {e}")));
-                        break 'body;
+            if this.state == State::Draining {
+                return this.end();
+            }
+            if this.read.is_empty() {
+                match Pin::new(&mut this.body).poll_next(cx) {
+                    Poll::Ready(Some(Ok(read))) => {
+                        this.silence.touch();
+                        this.read = read;
                     }
-                };
-                if let Some(r) = rec.as_mut() {
-                    r.event(&ev.event, &ev.data);
+                    Poll::Ready(Some(Err(e))) => {
+                        return this.fail(UpstreamError::Connect(format!("stream broken: {e}")));
+                    }
+                    // The end of the body: the parser reads what it still holds.
+                    Poll::Ready(None) => {
+                        this.state = State::Draining;
+                        if let Some(p) = this.parser.as_mut() {
+                            p.close();
+                            this.parsing = true;
+                        }
+                    }
+                    Poll::Pending => {
+                        if this.silence.poll_elapsed(cx).is_ready() {
+                            let idle = this.silence.period();
+                            return this.fail(UpstreamError::Timeout(format!("stream idle for {idle:?}")));
+                        }
+                        return Poll::Pending;
+                    }
                 }
-                match payload(&ev.data) {
-                    Payload::Done => break 'body,
+                continue;
+            }
+            let piece = next_piece(&mut this.read);
+            if this.fed_tail.ends_event()
+                && let Some(data) = one_data_line(&piece)
+            {
+                if let Some(r) = this.rec.as_mut() {
+                    r.event("message", data);
+                }
+                match payload(data) {
+                    Payload::Done => return this.end(),
                     Payload::Skip => {}
-                    Payload::Data => yield Ok(ev.data),
+                    Payload::Data => return Poll::Ready(Some(Ok(data.to_owned()))),
                 }
+                continue;
             }
-            if ended {
-                break;
-            }
+            this.fed_tail.push(&piece);
+            this.parser.get_or_insert_with(|| Box::new(Parser::new())).push(piece);
+            this.parsing = true;
         }
-        if let Some(r) = rec.take() {
+    }
+}
+
+impl<S> Payloads<S> {
+    /// A clean end: the recording is written.
+    fn end<T>(&mut self) -> Poll<Option<T>> {
+        self.state = State::Ended;
+        if let Some(r) = self.rec.take() {
             r.finish();
         }
-    })
+        Poll::Ready(None)
+    }
+
+    /// The last item: nothing is read after an error.
+    fn fail(&mut self, e: UpstreamError) -> Poll<Option<Result<String, UpstreamError>>> {
+        self.state = State::Ended;
+        self.rec = None;
+        Poll::Ready(Some(Err(e)))
+    }
 }
 
 type Feed = Result<Bytes, std::convert::Infallible>;
@@ -197,52 +258,24 @@ impl Tail {
     }
 }
 
-/// The body re-cut so every piece but the last of a read ends at an event
-/// boundary (a blank line). Cutting never changes what the parser reads (it
-/// buffers across pieces); the pieces share the read's memory.
-fn event_aligned<S, E>(body: S) -> impl Stream<Item = Result<Bytes, E>> + Send
-where
-    S: Stream<Item = Result<Bytes, E>> + Send,
-    E: Send,
-{
-    body.flat_map(|read| {
-        futures_util::stream::iter(match read {
-            Ok(b) => Pieces::Of(b),
-            Err(e) => Pieces::Failed(Some(e)),
-        })
-    })
-}
-
-/// The pieces of one read: cut after each `\n\n` or `\n\r\n`.
-enum Pieces<E> {
-    Of(Bytes),
-    Failed(Option<E>),
-}
-
-impl<E> Iterator for Pieces<E> {
-    type Item = Result<Bytes, E>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        let rest = match self {
-            Pieces::Failed(e) => return e.take().map(Err),
-            Pieces::Of(rest) if rest.is_empty() => return None,
-            Pieces::Of(rest) => rest,
+/// The next piece of a read: up to and including its first blank line
+/// (`\n\n` or `\n\r\n`), or all of it. Cutting never changes what the parser
+/// reads (it buffers across pieces); the pieces share the read's memory.
+fn next_piece(rest: &mut Bytes) -> Bytes {
+    let b = &rest[..];
+    let mut from = 0;
+    while let Some(i) = memchr::memchr(b'\n', &b[from..]).map(|i| from + i) {
+        let end = match (b.get(i + 1), b.get(i + 2)) {
+            (Some(b'\n'), _) => Some(i + 2),
+            (Some(b'\r'), Some(b'\n')) => Some(i + 3),
+            _ => None,
         };
-        let b = &rest[..];
-        let mut from = 0;
-        while let Some(i) = memchr::memchr(b'\n', &b[from..]).map(|i| from + i) {
-            let end = match (b.get(i + 1), b.get(i + 2)) {
-                (Some(b'\n'), _) => Some(i + 2),
-                (Some(b'\r'), Some(b'\n')) => Some(i + 3),
-                _ => None,
-            };
-            if let Some(end) = end {
-                return Some(Ok(rest.split_to(end)));
-            }
-            from = i + 1;
+        if let Some(end) = end {
+            return rest.split_to(end);
         }
-        Some(Ok(std::mem::take(rest)))
+        from = i + 1;
     }
+    std::mem::take(rest)
 }
 
 #[cfg(test)]
@@ -250,8 +283,8 @@ mod tests {
     use super::*;
 
     fn pieces(s: &str) -> Vec<String> {
-        Pieces::<()>::Of(Bytes::copy_from_slice(s.as_bytes()))
-            .map(|b| b.map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default())
+        let mut read = Bytes::copy_from_slice(s.as_bytes());
+        std::iter::from_fn(|| (!read.is_empty()).then(|| String::from_utf8_lossy(&next_piece(&mut read)).into_owned()))
             .collect()
     }
 
@@ -318,11 +351,32 @@ mod tests {
         }
     }
 
+    /// A stream that panics if read after its items.
+    fn then_unread(items: Vec<Result<Bytes, String>>) -> impl Stream<Item = Result<Bytes, String>> + Unpin {
+        let after = |_: &mut Context<'_>| -> Poll<Option<Result<Bytes, String>>> { panic!("read after the end") };
+        futures_util::stream::iter(items).chain(futures_util::stream::poll_fn(after))
+    }
+
+    #[tokio::test]
+    async fn the_body_is_not_read_after_done_or_an_error() {
+        let done = then_unread(vec![Ok(Bytes::from_static(b"data: 1\n\ndata: [DONE]\n\n"))]);
+        let got: Vec<_> = events(done, Duration::from_secs(5), None).collect().await;
+        assert!(matches!(&got[..], [Ok(d)] if d == "1"));
+
+        // The parser's path (an event split across reads), then a broken body.
+        let split = [&b"data: 1\n"[..], b"\n"].map(|b| Ok(Bytes::from_static(b)));
+        let broken = then_unread(split.into_iter().chain([Err("reset".to_string())]).collect());
+        let got: Vec<_> = events(broken, Duration::from_secs(5), None).collect().await;
+        let ok = matches!(&got[..], [Ok(d), Err(UpstreamError::Connect(e))] if d == "1" && e.contains("reset"));
+        assert!(ok, "{got:?}");
+    }
+
     #[tokio::test(start_paused = true)]
     async fn silence_longer_than_idle_is_a_timeout() {
         let body = futures_util::stream::iter([Ok::<_, std::convert::Infallible>(Bytes::from_static(b"data: 1\n\n"))])
             .chain(futures_util::stream::pending());
-        let got: Vec<_> = events(body, Duration::from_secs(2), None).collect().await;
+        // `take`: a stream that went on after its error would fail here, not hang.
+        let got: Vec<_> = events(body, Duration::from_secs(2), None).take(3).collect().await;
         assert_eq!(got.len(), 2);
         assert!(matches!(&got[0], Ok(d) if d == "1"));
         assert!(matches!(&got[1], Err(UpstreamError::Timeout(_))));

@@ -232,7 +232,7 @@ impl Upstream {
         if looks_like_sse(&bytes) {
             // A stream served under the wrong content type (seen behind
             // misconfigured gateways): parse it as what it is.
-            let body = futures_util::stream::once(async move { Ok::<_, std::convert::Infallible>(bytes) });
+            let body = futures_util::stream::iter([Ok::<_, std::convert::Infallible>(bytes)]);
             return Ok(Reply::Events(super::sse_in::events(body, idle, None)));
         }
         let body = JsonBody(bytes);
