@@ -616,9 +616,10 @@ def pct(xs: list[float], p: float) -> float:
     return s[min(len(s) - 1, max(0, round(p / 100 * len(s) + 0.5) - 1))]
 
 
-async def _hold_streams(port: int, path: str, body: bytes, n: int, timeout: float, sample) -> dict:
-    """Open n concurrent streams, wait until each got its first content chunk,
-    sample memory while all are open, then close them all."""
+async def _hold_streams(port: int, path: str, body: bytes, n: int, timeout: float, sample, burst: int) -> dict:
+    """Open n concurrent streams, at most `burst` of them connecting at once,
+    wait until each got its first content chunk, sample memory while all are
+    open, then close them all."""
     req = (
         f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
@@ -627,7 +628,7 @@ async def _hold_streams(port: int, path: str, body: bytes, n: int, timeout: floa
     all_ready = asyncio.Event()
     release = asyncio.Event()
     writers = []
-    sem = asyncio.Semaphore(200)  # bound the connect burst
+    sem = asyncio.Semaphore(burst)
 
     async def one() -> None:
         nonlocal ready
@@ -668,19 +669,22 @@ async def _hold_streams(port: int, path: str, body: bytes, n: int, timeout: floa
     return {"ready": ready, "open_secs": open_secs, "rss_open_kib": peak}
 
 
-def hold_streams(t: Target, n: int, timeout: float, work: Path) -> dict:
+def hold_streams(t: Target, n: int, timeout: float, work: Path, burst: int = 200) -> dict:
     """Two waves of n open streams, closed in between: the first wave's growth
     is the per-stream figure; the second wave's peak shows whether the memory
-    the first one freed is used again (an allocator that fragments grows on)."""
+    the first one freed is used again (an allocator that fragments grows on).
+    `burst` streams open at a time: the proxy holds what their requests use on
+    the way to their answers at once, and how much of that stays resident is
+    the allocator's call (bench/README.md, twenty-second run)."""
     body = (work / "requests" / "slow.json").read_bytes()
     before = rss_kib(t.pid)
-    r = asyncio.run(_hold_streams(t.port, t.path("slow"), body, n, timeout, lambda: rss_kib(t.pid)))
+    r = asyncio.run(_hold_streams(t.port, t.path("slow"), body, n, timeout, lambda: rss_kib(t.pid), burst))
     time.sleep(2.0)
     r["rss_before_kib"] = before
     r["rss_after_close_kib"] = rss_kib(t.pid)
     if r["ready"]:
         r["kib_per_1000"] = (r["rss_open_kib"] - before) * 1000 / r["ready"]
-    again = asyncio.run(_hold_streams(t.port, t.path("slow"), body, n, timeout, lambda: rss_kib(t.pid)))
+    again = asyncio.run(_hold_streams(t.port, t.path("slow"), body, n, timeout, lambda: rss_kib(t.pid), burst))
     time.sleep(2.0)
     r["ready2"] = again["ready"]
     r["rss_open2_kib"] = again["rss_open_kib"]

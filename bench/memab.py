@@ -1,16 +1,17 @@
 #!/usr/bin/env python3
 """Memory per 1,000 open streams, A/B between modelshim builds.
 
-    python3 bench/memab.py [--rounds 4] BINARY [BINARY ...]
+    python3 bench/memab.py [--rounds 4] [--burst 200] BINARY [BINARY ...]
 
 A BINARY may carry environment settings for its runs: `path:KEY=VALUE:KEY=VALUE`.
 
 The harness (`bench.py`) measures one process, after its load lanes; a change of a MiB per
 1,000 streams needs more than that to be seen. Here every measurement is a fresh process:
 start it, send 200 plain requests on one connection, then open 1,000 streams from the slow
-paced upstream and read the growth of its RSS (`bench.hold_streams`, two waves). The builds
-take turns within each round; the medians are printed at the end. Needs nginx (the canned
-upstream, as in the harness; `bench/run` installs it).
+paced upstream and read the growth of its RSS (`bench.hold_streams`, two waves; `--burst`
+of them connecting at once, 200 as in the harness). The builds take turns within each
+round; the medians are printed at the end. Needs nginx (the canned upstream, as in the
+harness; `bench/run` installs it).
 """
 
 import argparse
@@ -31,6 +32,7 @@ def main() -> int:
     ap.add_argument("binaries", nargs="+", help="modelshim binaries, each optionally path:KEY=VALUE...")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--streams", type=int, default=1000)
+    ap.add_argument("--burst", type=int, default=200, help="streams connecting at once (the harness: 200)")
     a = ap.parse_args()
 
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -67,7 +69,7 @@ def main() -> int:
                     c.request("POST", "/v1/chat/completions", plain, {"Content-Type": "application/json"})
                     c.getresponse().read()
                 c.close()
-                m = bench.hold_streams(bench.Target("modelshim", ports["modelshim"], p.pid, False), a.streams, 60, work)
+                m = bench.hold_streams(bench.Target("modelshim", ports["modelshim"], p.pid, False), a.streams, 60, work, a.burst)
                 procs.stop("modelshim")
                 if m.get("ready") != a.streams:
                     raise RuntimeError(f"{path}: {m.get('ready')} of {a.streams} streams opened")
