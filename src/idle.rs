@@ -33,6 +33,7 @@ impl Silence {
         Silence { period, last: Instant::now(), timer: None, waker: None }
     }
 
+    /// How long a silence lasts before it counts.
     pub fn period(&self) -> Duration {
         self.period
     }

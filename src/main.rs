@@ -35,8 +35,8 @@ fn no_huge_pages() {
 /// way to their answers (their futures, bodies, parsed JSON) then stays
 /// resident next to the streams they opened. 10 ms (mimalloc v2's default):
 /// 1,000 streams opened 200 at a time hold ~2 MiB less, for no CPU the
-/// harness can tell apart; 0 would save another MiB for 8% more CPU per plain
-/// request (bench/README.md, twenty-second run). `MIMALLOC_PURGE_DELAY` in the
+/// harness can tell apart; 0 would save another MiB for ~17% more CPU per
+/// plain request (bench/README.md, twenty-second run). `MIMALLOC_PURGE_DELAY` in the
 /// environment still decides when set.
 #[cfg(feature = "mimalloc")]
 const PURGE_DELAY_MS: std::ffi::c_long = 10;
