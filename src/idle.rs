@@ -68,16 +68,15 @@ impl Silence {
             }
         }
     }
-
-    /// [`Silence::poll_elapsed`] as a future.
-    pub async fn elapsed(&mut self) {
-        std::future::poll_fn(|cx| self.poll_elapsed(cx)).await;
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    async fn elapsed(s: &mut Silence) {
+        std::future::poll_fn(|cx| s.poll_elapsed(cx)).await;
+    }
 
     #[tokio::test(start_paused = true)]
     async fn counts_from_the_last_touch_across_early_fires() {
@@ -85,12 +84,12 @@ mod tests {
         let start = Instant::now();
         // Armed at 0 s for 15 s; touched at 10 s, so it fires early at 15 s,
         // is moved, and the silence ends at 25 s, then again at 40 s.
-        let first = tokio::time::timeout(Duration::from_secs(10), s.elapsed()).await;
+        let first = tokio::time::timeout(Duration::from_secs(10), elapsed(&mut s)).await;
         assert!(first.is_err());
         s.touch();
-        s.elapsed().await;
+        elapsed(&mut s).await;
         assert_eq!(start.elapsed(), Duration::from_secs(25));
-        s.elapsed().await;
+        elapsed(&mut s).await;
         assert_eq!(start.elapsed(), Duration::from_secs(40));
     }
 }
