@@ -52,6 +52,11 @@ fn finish_call(raw: RawCall, format: &'static str, tools: &ToolIndex) -> Option<
         Args::Value(_) => return None,
         Args::Text(text) => text_arguments(&text, tools.schema(&name))?,
     };
+    // Valid but deeper than any JSON reader downstream takes (serde_json
+    // stops at 128): no call, the region stays text.
+    if scan::bracket_depth(&arguments) > MAX_DEPTH + 1 {
+        return None;
+    }
     Some(Call { id, name, arguments, format })
 }
 
@@ -108,11 +113,26 @@ fn checked_arguments(text: String) -> Option<String> {
 /// Repairs near-JSON (trailing commas, single quotes, Python literals,
 /// unescaped newlines, missing closers) into a JSON object string.
 pub fn repair(text: &str) -> Option<String> {
-    let v = llm_json::loads(text, &llm_json::RepairOptions::default()).ok()?;
+    let v = loads(text)?;
     match v {
         Value::Object(m) if !m.is_empty() || text.contains('{') => Some(Value::Object(m).to_string()),
         _ => None,
     }
+}
+
+/// The deepest JSON nesting [`loads`] repairs, under serde_json's limit of
+/// 128 with room for the levels around the arguments.
+/// Deeper text stays text: the repairer recurses once per level, and 30,000
+/// brackets from a model overflowed the stack.
+pub const MAX_DEPTH: usize = 100;
+
+/// Near-JSON repaired into a value, unless it nests deeper than
+/// [`MAX_DEPTH`]. Every repair goes through here.
+pub fn loads(text: &str) -> Option<Value> {
+    if scan::bracket_depth(text) > MAX_DEPTH {
+        return None;
+    }
+    llm_json::loads(text, &llm_json::RepairOptions::default()).ok()
 }
 
 /// Maps a plain-string argument onto the tool's schema: JSON object text is
@@ -140,6 +160,17 @@ mod tests {
         assert_eq!(json_arguments("").as_deref(), Some("{}"));
         assert_eq!(json_arguments(r#""{\"a\":1}""#).as_deref(), Some(r#"{"a":1}"#));
         assert_eq!(json_arguments("[1]"), None);
+    }
+
+    #[test]
+    fn nesting_past_the_limit_is_text_not_a_crash() {
+        for open in ["[", "{", "{\"a\":"] {
+            let deep = open.repeat(30_000);
+            assert_eq!(repair(&deep), None);
+            assert_eq!(json_arguments(&format!("{{\"x\": {deep}")), None);
+        }
+        let ok = format!("{{\"a\": {}1{}}}", "[".repeat(100), "]".repeat(100));
+        assert!(json_arguments(&ok).is_some());
     }
 
     #[test]

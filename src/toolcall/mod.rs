@@ -13,7 +13,7 @@
 //!   parser asked for, and applies the guards every format shares (declared
 //!   tool names, argument validation and repair, schema typing).
 
-mod args;
+pub(crate) mod args;
 mod engine;
 mod event;
 pub mod formats;

@@ -131,6 +131,24 @@ pub fn python_end(s: &str, start: usize) -> Option<usize> {
     None
 }
 
+/// The deepest `[`/`{` nesting of `s`, counting brackets inside strings
+/// too: an upper bound of what any JSON reader (repairing or not) would
+/// recurse into, found without one.
+pub fn bracket_depth(s: &str) -> usize {
+    let (mut depth, mut max) = (0usize, 0usize);
+    for b in s.bytes() {
+        match b {
+            b'[' | b'{' => {
+                depth += 1;
+                max = max.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    max
+}
+
 /// Removes exactly one leading and one trailing newline (`\n` or `\r\n`), the
 /// way chat templates wrap XML parameter values.
 pub fn strip_one_newline(s: &str) -> &str {

@@ -98,7 +98,7 @@ fn structured(t: &str) -> Option<Value> {
     if !(t.starts_with('{') || t.starts_with('[')) {
         return None;
     }
-    llm_json::loads(t, &llm_json::RepairOptions::default()).ok()
+    super::args::loads(t)
 }
 
 /// Builds an arguments object from raw key/value pairs typed by the tool's

@@ -155,7 +155,7 @@ fn literal(v: &str, schema: Option<&Value>) -> Value {
     }
     let quoted = v.len() >= 2 && v.starts_with('\'') && v.ends_with('\'');
     if (quoted || v.starts_with(['[', '{']))
-        && let Ok(x) = llm_json::loads(v, &llm_json::RepairOptions::default())
+        && let Some(x) = crate::toolcall::args::loads(v)
     {
         return x;
     }

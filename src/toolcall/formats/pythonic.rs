@@ -53,7 +53,7 @@ impl Format for Pythonic {
 
 /// `[call, …]` at `open`, then an optional `<|python_end|>`.
 fn list(region: &str, open: usize, ctx: &Ctx<'_>) -> Step {
-    let mut p = Py { s: region.as_bytes(), i: open + 1 };
+    let mut p = Py { s: region.as_bytes(), i: open + 1, depth: 0 };
     let calls = match p.calls(Some(b']')) {
         Ok(calls) => calls,
         Err(Fail::Bad) => return Step::Reject,
@@ -96,7 +96,7 @@ fn bare_calls(region: &str, body: usize, ctx: &Ctx<'_>) -> Step {
             return Step::Need(Wait::Marker { marker: END, from: body });
         }
     };
-    let mut p = Py { s: text.as_bytes(), i: 0 };
+    let mut p = Py { s: text.as_bytes(), i: 0, depth: 0 };
     match p.calls(None) {
         Ok(calls) if p.i == text.len() => Step::Done(Parsed { consumed, calls, ..Default::default() }),
         _ => Step::Reject,
@@ -117,6 +117,9 @@ type R<T> = Result<T, Fail>;
 struct Py<'a> {
     s: &'a [u8],
     i: usize,
+    /// Open brackets around the current value: deeper than
+    /// [`args::MAX_DEPTH`] is no call (and no stack overflow).
+    depth: usize,
 }
 
 impl Py<'_> {
@@ -217,9 +220,9 @@ impl Py<'_> {
     fn value(&mut self) -> R<Value> {
         match self.peek()? {
             b'"' | b'\'' => self.string().map(Value::String),
-            b'[' => self.seq(b']').map(Value::Array),
-            b'(' => self.seq(b')').map(Value::Array),
-            b'{' => self.dict(),
+            b'[' => self.nested(|p| p.seq(b']')).map(Value::Array),
+            b'(' => self.nested(|p| p.seq(b')')).map(Value::Array),
+            b'{' => self.nested(Self::dict),
             b'-' | b'+' | b'0'..=b'9' | b'.' => self.number(),
             _ => match self.ident()?.as_str() {
                 "True" | "true" => Ok(Value::Bool(true)),
@@ -228,6 +231,17 @@ impl Py<'_> {
                 _ => Err(Fail::Bad),
             },
         }
+    }
+
+    /// `read` one bracket deeper, within the limit.
+    fn nested<T>(&mut self, read: impl FnOnce(&mut Self) -> R<T>) -> R<T> {
+        if self.depth >= crate::toolcall::args::MAX_DEPTH {
+            return Err(Fail::Bad);
+        }
+        self.depth += 1;
+        let r = read(self);
+        self.depth -= 1;
+        r
     }
 
     fn seq(&mut self, close: u8) -> R<Vec<Value>> {
@@ -356,7 +370,7 @@ mod tests {
     use serde_json::json;
 
     fn read(s: &str) -> R<Vec<(String, Value)>> {
-        let mut p = Py { s: s.as_bytes(), i: 1 };
+        let mut p = Py { s: s.as_bytes(), i: 1, depth: 0 };
         let calls = p.calls(Some(b']'))?;
         Ok(calls
             .into_iter()
