@@ -616,3 +616,63 @@ async fn official_python_sdk_sees_nothing_unusual_and_trace_when_asked() {
         Err(text) => panic!("python SDK check failed:\n{text}"),
     }
 }
+
+/// Issue 25, item 2: key B sending a conversation that looks like key A's
+/// (same question, same "Done.") gets none of A's hidden tool exchange;
+/// A's own next turn still does.
+#[tokio::test]
+async fn a_hidden_exchange_never_reaches_another_key() {
+    let upstream = MockServer::start().await;
+    let log: Log = Arc::default();
+    let brain = |req: &Value| {
+        if last_user(req) != "Summarize my notes." {
+            return say("Sure.");
+        }
+        match tool_results(req).first() {
+            None => calls("", &[("call_a1", "current_time", json!({}))]),
+            Some(_) => say("Done."),
+        }
+    };
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(Script { brain: Arc::new(brain), log: log.clone() })
+        .mount(&upstream)
+        .await;
+    let parsed: Config = toml::from_str("[tools]\nbuiltin = [\"current_time\"]\n").unwrap();
+    let p = proxy_with("", &upstream.uri(), |c| {
+        c.tools = parsed.tools;
+        c.auth = Some(
+            toml::from_str(
+                r#"keys = [{ key = "sk-team-a-0001", name = "a" }, { key = "sk-team-b-0002", name = "b" }]"#,
+            )
+            .unwrap(),
+        );
+    })
+    .await;
+    let send = |key: &'static str, body: Value| {
+        let p = &p;
+        async move {
+            let r = p.http.post(p.url("/v1/chat/completions")).bearer_auth(key).json(&body).send().await.unwrap();
+            assert_eq!(r.status(), 200);
+            r.json::<Value>().await.unwrap()
+        }
+    };
+    let first = send("sk-team-a-0001", ask("Summarize my notes.")).await;
+    assert_eq!(first["choices"][0]["message"]["content"], "Done.");
+    let next = json!({"model": "v/m", "messages": [
+        {"role": "user", "content": "Summarize my notes."},
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "And now?"}]});
+    let hidden_in = |req: &Value| req["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool");
+    log.lock().unwrap().clear();
+    send("sk-team-b-0002", next.clone()).await;
+    assert!(!hidden_in(&log.lock().unwrap()[0]), "B got A's hidden exchange: {}", log.lock().unwrap()[0]);
+    log.lock().unwrap().clear();
+    let mut other_system = next.clone();
+    other_system["messages"].as_array_mut().unwrap().insert(0, json!({"role": "system", "content": "Another app."}));
+    send("sk-team-a-0001", other_system).await;
+    assert!(!hidden_in(&log.lock().unwrap()[0]), "another conversation of A's matched");
+    log.lock().unwrap().clear();
+    send("sk-team-a-0001", next).await;
+    assert!(hidden_in(&log.lock().unwrap()[0]), "A's own next turn gets its exchange back");
+}

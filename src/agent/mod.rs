@@ -46,6 +46,7 @@ use crate::provider::request::Plan;
 use crate::provider::upstream::Reply;
 use crate::provider::{Provider, ReasoningReplay, Route, UpstreamError, request};
 use crate::server::{Shared, sse};
+use crate::state::conversation::Chain;
 use crate::stream::normalize::Settings;
 use crate::stream::{Assembler, Normalizer, completion_to_chunk};
 use crate::toolcall::ToolIndex;
@@ -86,8 +87,13 @@ struct Loop {
     catalog: Arc<Catalog>,
     /// The client's request with the hidden history spliced in.
     base: ChatRequest,
-    /// The client's last message (for the splice key).
-    client_last: Option<Message>,
+    /// The conversation as the client sent it (the splice key of this
+    /// turn's answer continues it).
+    client_chain: Chain,
+    /// `base` before its reasoning was restored, for a profile that replays
+    /// reasoning: a final turn with no hidden part keeps its reasoning
+    /// under this conversation's key (a hidden part carries it in the splice).
+    conversation: Option<Chain>,
     client_tools: Vec<Value>,
     client_names: HashSet<String>,
     trace: TraceMode,
@@ -153,12 +159,19 @@ async fn items(
     }
     // The loop drives one choice.
     req.extra.remove("n");
-    let client_last = req.messages.last().cloned();
-    req.messages = splice::apply(s.store.as_ref(), std::mem::take(&mut req.messages)).await;
-    crate::reasoning::prepare_history(&mut req, &route.provider.profile, &route.model, s.store.as_ref()).await;
+    // Read here: the loop's stream is polled outside the edge's task-local.
+    let owner = crate::server::edge::current().and_then(|c| c.key.clone());
+    let owner = owner.as_deref();
+    let client_chain = Chain::each(owner, &req.messages).last().copied().unwrap_or_else(|| Chain::new(owner));
+    req.messages = splice::apply(s.store.as_ref(), owner, std::mem::take(&mut req.messages)).await;
+    // The skills section first: each iteration's request has it, so the
+    // conversation its reasoning is kept under does too.
     if let Some(section) = &catalog.skills_section {
         crate::skills::prompt::apply(&mut req.messages, section);
     }
+    let conversation =
+        crate::reasoning::prepare_history(&mut req, &route.provider.profile, &route.model, s.store.as_ref(), owner)
+            .await;
     let vision = route.provider.profile.tools.vision;
     let lp = Loop {
         s,
@@ -168,7 +181,8 @@ async fn items(
         registry,
         catalog,
         base: req,
-        client_last,
+        client_chain,
+        conversation,
         client_tools,
         client_names,
         trace,
@@ -286,6 +300,7 @@ impl Loop {
             let mut out = Out::default();
             let mut started = false;
             let mut iteration = 0;
+            let mut final_reasoning = String::new();
             loop {
                 iteration += 1;
                 let remaining = deadline.saturating_duration_since(Instant::now());
@@ -339,6 +354,7 @@ impl Loop {
                     };
                     for c in out.finish(&client, &finish) { yield Ok(Item::Chunk(c)); }
                     hidden.push(assistant(&turn, &self.replay, &client));
+                    final_reasoning = std::mem::take(&mut turn.reasoning);
                     break;
                 }
                 if iteration >= max && client.is_empty() {
@@ -377,9 +393,15 @@ impl Loop {
             }
             for c in out.usage_chunk(self.want_usage) { yield Ok(Item::Chunk(c)); }
             if out.saw_hidden(&hidden) {
-                let visible = Value::String(out.visible.clone());
-                let key = splice::key(self.client_last.as_ref(), &visible, &out.client_ids);
-                splice::save(self.s.store.as_ref(), self.s.state_ttl, &key, &hidden, &out.after).await;
+                let mut answer = self.client_chain;
+                answer.push_assistant(&out.visible, &out.client_ids);
+                splice::save(self.s.store.as_ref(), self.s.state_ttl, &answer.key(), &hidden, &out.after).await;
+            } else if let Some(conversation) = &self.conversation
+                && !out.client_ids.is_empty()
+            {
+                let mut answer = *conversation;
+                answer.push_assistant(&out.visible, &out.client_ids);
+                crate::reasoning::remember_turn(self.s.store.as_ref(), self.s.state_ttl, &answer, &final_reasoning).await;
             }
         }
     }
@@ -651,7 +673,8 @@ async fn upstream_chunks(
             norm.finish(&mut out);
             Ok(futures_util::stream::iter(out.into_iter().map(Ok)).boxed())
         }
-        Reply::Events(events) => Ok(crate::server::chat::normalized(events, None, norm, s.clone()).boxed()),
+        // The loop keeps the reasoning itself (splice or `remember_turn`).
+        Reply::Events(events) => Ok(crate::server::chat::normalized(events, None, norm, None).boxed()),
     }
 }
 

@@ -3,71 +3,21 @@
 //! a key derived from the assistant message the client saw, and put back in
 //! its place when the client sends that message again.
 //!
-//! Key: for a message with tool calls, its call ids (unique per turn) and
-//! its content; for a text-only message, its content and the message before
-//! it (so a short answer like "Done." in two conversations does not collide).
-//! Contents are compared trimmed, and `null` equals `""`, because SDKs
-//! round-trip them slightly differently.
+//! Key: the owner and the whole client-visible conversation up to and
+//! including that message ([`Chain`]), so another key, or another
+//! conversation ending in the same "Done.", never gets this one's hidden
+//! calls and results.
 //!
 //! Value: `{"messages": [...], "after": [...]}` — `messages` replaces the
 //! client's assistant message; `after` goes after the tool messages that
 //! follow it (images returned in a mixed turn must come after the client's
 //! own tool results, since tool messages have to follow their call at once).
 
-use sha2::{Digest, Sha256};
-
 use serde_json::{Value, json};
 
 use crate::openai::Message;
+use crate::state::conversation::Chain;
 use crate::state::{StateStore, ns};
-
-/// The text of a message's content (string or text parts).
-fn text_of(content: &Value) -> String {
-    match content {
-        Value::String(s) => s.trim().to_string(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("")
-            .trim()
-            .to_string(),
-        Value::Null => String::new(),
-        other => other.to_string(),
-    }
-}
-
-/// The splice key of a client-visible assistant message.
-pub fn key(prev: Option<&Message>, assistant_content: &Value, call_ids: &[String]) -> String {
-    let mut h = Sha256::new();
-    h.update(b"splice-v1\0");
-    h.update(text_of(assistant_content).as_bytes());
-    h.update(b"\0");
-    if call_ids.is_empty() {
-        if let Some(p) = prev {
-            h.update(p.role.as_bytes());
-            h.update(b"\0");
-            h.update(text_of(&p.content).as_bytes());
-        }
-    } else {
-        for id in call_ids {
-            h.update(id.as_bytes());
-            h.update(b"\0");
-        }
-    }
-    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The tool-call ids of a message.
-pub fn call_ids(m: &Message) -> Vec<String> {
-    m.extra
-        .get("tool_calls")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|c| c.get("id").and_then(Value::as_str).map(str::to_string))
-        .collect()
-}
 
 /// Stores the hidden exchange of a turn.
 pub async fn save(
@@ -85,16 +35,15 @@ pub async fn save(
 
 /// The history with every known hidden exchange put back. A store failure
 /// leaves the history as the client sent it.
-pub async fn apply(store: &dyn StateStore, messages: Vec<Message>) -> Vec<Message> {
+pub async fn apply(store: &dyn StateStore, owner: Option<&str>, messages: Vec<Message>) -> Vec<Message> {
     let mut found: Vec<Option<(Vec<Message>, Vec<Message>)>> = Vec::with_capacity(messages.len());
     let mut any = false;
-    for (i, m) in messages.iter().enumerate() {
+    for (m, chain) in messages.iter().zip(Chain::each(owner, &messages)) {
         if m.role != "assistant" {
             found.push(None);
             continue;
         }
-        let k = key(i.checked_sub(1).map(|p| &messages[p]), &m.content, &call_ids(m));
-        let hit = match store.get(ns::SPLICE, &k).await {
+        let hit = match store.get(ns::SPLICE, &chain.key()).await {
             Ok(Some(v)) => parse(&v),
             Ok(None) => None,
             Err(e) => {
@@ -142,6 +91,13 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
+    /// The key `save` is given for the answer to `history`.
+    fn answer_key(owner: Option<&str>, history: &[Message], visible: &str, ids: &[String]) -> String {
+        let mut c = Chain::each(owner, history).last().copied().unwrap_or_else(|| Chain::new(owner));
+        c.push_assistant(visible, ids);
+        c.key()
+    }
+
     #[tokio::test]
     async fn replaces_the_visible_turn_and_places_after_messages() {
         let store = MemoryStore::new(100);
@@ -155,11 +111,11 @@ mod tests {
             msg(json!({"role": "tool", "tool_call_id": "s1", "content": "server result"})),
         ];
         let after = vec![msg(json!({"role": "user", "content": [{"type": "text", "text": "images"}]}))];
-        let k = key(Some(&user), &visible.content, &call_ids(&visible));
+        let k = answer_key(Some("a"), std::slice::from_ref(&user), "Checking.", &["c1".into()]);
         save(&store, Duration::from_secs(60), &k, &hidden, &after).await;
         let client_result = msg(json!({"role": "tool", "tool_call_id": "c1", "content": "client result"}));
         let history = vec![user.clone(), visible, client_result, msg(json!({"role": "user", "content": "next"}))];
-        let out = apply(&store, history).await;
+        let out = apply(&store, Some("a"), history).await;
         let roles: Vec<&str> = out.iter().map(|m| m.role.as_str()).collect();
         assert_eq!(roles, ["user", "assistant", "tool", "tool", "user", "user"]);
         assert_eq!(out[2].content, "server result");
@@ -167,12 +123,32 @@ mod tests {
         assert_eq!(out[5].content, "next");
     }
 
-    #[test]
-    fn keys_tolerate_sdk_round_trips() {
-        let u1 = msg(json!({"role": "user", "content": "a"}));
-        let u2 = msg(json!({"role": "user", "content": [{"type": "text", "text": "a"}]}));
-        assert_eq!(key(Some(&u1), &json!("Done. "), &[]), key(Some(&u2), &json!("Done."), &[]));
-        assert_ne!(key(Some(&u1), &json!("Done."), &[]), key(None, &json!("Done."), &[]));
-        assert_eq!(key(None, &Value::Null, &["x".into()]), key(Some(&u1), &json!(""), &["x".into()]));
+    /// Issue 25, item 2: another key sending the same-looking turn, or the
+    /// same key in another conversation, gets nothing spliced in.
+    #[tokio::test]
+    async fn another_owner_or_conversation_gets_nothing() {
+        let store = MemoryStore::new(100);
+        let ask = msg(json!({"role": "user", "content": "Summarize my notes."}));
+        let hidden = vec![
+            msg(json!({"role": "assistant", "content": null, "tool_calls": [
+                {"id": "s1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}]})),
+            msg(json!({"role": "tool", "tool_call_id": "s1", "content": "A's secret notes"})),
+            msg(json!({"role": "assistant", "content": "Done."})),
+        ];
+        let k = answer_key(Some("team-a"), std::slice::from_ref(&ask), "Done.", &[]);
+        save(&store, Duration::from_secs(60), &k, &hidden, &[]).await;
+        let replay = |system: Option<&str>| {
+            let mut h: Vec<Message> =
+                system.map(|s| msg(json!({"role": "system", "content": s}))).into_iter().collect();
+            h.push(ask.clone());
+            h.push(msg(json!({"role": "assistant", "content": "Done."})));
+            h.push(msg(json!({"role": "user", "content": "more"})));
+            h
+        };
+        let leaked = |out: &[Message]| out.iter().any(|m| m.content == "A's secret notes");
+        assert!(leaked(&apply(&store, Some("team-a"), replay(None)).await));
+        assert!(!leaked(&apply(&store, Some("team-b"), replay(None)).await));
+        assert!(!leaked(&apply(&store, None, replay(None)).await));
+        assert!(!leaked(&apply(&store, Some("team-a"), replay(Some("Another bot."))).await));
     }
 }

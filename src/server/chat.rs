@@ -22,6 +22,7 @@ use crate::openai::{ChatRequest, Chunk, Completion};
 use crate::provider::upstream::{Events, JsonBody, Reply};
 use crate::provider::{Route, UpstreamError};
 use crate::state::StateStore;
+use crate::state::conversation::Chain;
 use crate::stream::{Assembler, Normalizer, completion_to_chunk, normalize::Settings};
 use crate::toolcall::ToolIndex;
 
@@ -47,7 +48,9 @@ pub async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Byte
     if client_stream {
         return Ok(match started {
             // The stream's own path, so plain content deltas can be forwarded as they came.
-            Started::Stream { events, first, norm } => sse(outs(events, first, norm, &s)),
+            Started::Stream { events, first, norm, conversation } => {
+                sse(outs(events, first, norm, memo(&s, conversation)))
+            }
             whole => sse(whole.chunks(&s)),
         });
     }
@@ -101,6 +104,7 @@ enum Started {
     /// [`Normalizer::whole_as_is`]).
     AsIs(JsonBody),
     Stream {
+        conversation: Option<Chain>,
         events: Events,
         /// The first chunk, normalized (forwarded, or parsed to be pushed).
         first: Option<Out>,
@@ -119,7 +123,9 @@ impl Started {
                 let chunk = body.parse("a chat completion").map(completion_to_chunk);
                 futures_util::stream::once(async move { chunk }).boxed()
             }
-            Started::Stream { events, first, norm } => normalized(events, first, norm, s.clone()).boxed(),
+            Started::Stream { events, first, norm, conversation } => {
+                normalized(events, first, norm, memo(s, conversation)).boxed()
+            }
         }
     }
 }
@@ -135,7 +141,7 @@ async fn start(s: &Shared, req: ChatRequest, as_is: bool) -> Result<Started, Api
     // Retries, circuit breakers and fallback along an alias chain; the route
     // that answered (and how its request was rewritten) decides how its
     // answer is normalized.
-    let (route, plan, reply) = super::dispatch::send(s, req).await?;
+    let super::dispatch::Sent { route, plan, reply, conversation } = super::dispatch::send(s, req).await?;
     let provider = route.provider.clone();
     let tools = if plan.tools_offered { tool_index(&client_tools, &plan.names_back) } else { ToolIndex::default() };
     let settings = Settings {
@@ -161,7 +167,9 @@ async fn start(s: &Shared, req: ChatRequest, as_is: bool) -> Result<Started, Api
             let mut chunks = Vec::new();
             norm.push(completion_to_chunk(completion), &mut chunks);
             norm.finish(&mut chunks);
-            crate::reasoning::remember(s.store.as_ref(), s.state_ttl, &norm.captures()).await;
+            if let Some(c) = &conversation {
+                crate::reasoning::remember(s.store.as_ref(), s.state_ttl, c, &norm.captures()).await;
+            }
             Ok(Started::Whole(chunks))
         }
         Reply::Events(mut events) => {
@@ -175,7 +183,7 @@ async fn start(s: &Shared, req: ChatRequest, as_is: bool) -> Result<Started, Api
                 Some(Ok(data)) => Some(read(&mut norm, data)?),
                 _ => None,
             };
-            Ok(Started::Stream { events, first, norm })
+            Ok(Started::Stream { events, first, norm, conversation })
         }
     }
 }
@@ -276,8 +284,19 @@ pub(crate) enum Out {
 /// An upstream stream through the normalizer. The upstream is read only as
 /// fast as the client takes chunks (backpressure), and dropping the stream
 /// (client gone) drops the upstream connection.
-fn outs(events: Events, first: Option<Out>, norm: Normalizer, s: &Shared) -> Outs {
-    Outs::new(events, first, norm, s.store.clone(), s.state_ttl)
+fn outs(events: Events, first: Option<Out>, norm: Normalizer, memo: Option<Memo>) -> Outs {
+    Outs::new(events, first, norm, memo)
+}
+
+/// Where and under which conversation a stream's reasoning is remembered.
+pub(crate) struct Memo {
+    store: Arc<dyn StateStore>,
+    ttl: std::time::Duration,
+    conversation: Chain,
+}
+
+fn memo(s: &Shared, conversation: Option<Chain>) -> Option<Memo> {
+    conversation.map(|conversation| Memo { store: s.store.clone(), ttl: s.state_ttl, conversation })
 }
 
 /// The stream [`outs`] makes. A plain stream rather than a generator, which
@@ -291,9 +310,9 @@ struct Outs {
     ready: Vec<Chunk>,
     /// A payload sent on as it came, before anything else.
     same: Option<String>,
-    /// Where the reasoning of turns that made calls is remembered.
-    store: Arc<dyn StateStore>,
-    ttl: std::time::Duration,
+    /// Where the reasoning of turns that made calls is remembered (none:
+    /// nowhere, the caller keeps it).
+    memo: Option<Memo>,
     state: OutsState,
 }
 
@@ -308,13 +327,7 @@ enum OutsState {
 }
 
 impl Outs {
-    fn new(
-        events: Events,
-        first: Option<Out>,
-        mut norm: Normalizer,
-        store: Arc<dyn StateStore>,
-        ttl: std::time::Duration,
-    ) -> Self {
+    fn new(events: Events, first: Option<Out>, mut norm: Normalizer, memo: Option<Memo>) -> Self {
         // Room for one chunk: most upstream chunks make one or none.
         let mut ready = Vec::with_capacity(1);
         let mut same = None;
@@ -323,7 +336,7 @@ impl Outs {
             Some(Out::Same(wire)) => same = Some(wire),
             None => {}
         }
-        Outs { events, norm, ready, same, store, ttl, state: OutsState::Reading }
+        Outs { events, norm, ready, same, memo, state: OutsState::Reading }
     }
 }
 
@@ -373,13 +386,13 @@ impl Stream for Outs {
                 None => {
                     refill(&mut this.ready, |r| this.norm.finish(r));
                     let captures = this.norm.captures();
-                    this.state = if captures.is_empty() {
-                        OutsState::Ended
-                    } else {
-                        let (store, ttl) = (this.store.clone(), this.ttl);
-                        OutsState::Remembering(Box::pin(async move {
-                            crate::reasoning::remember(store.as_ref(), ttl, &captures).await;
-                        }))
+                    this.state = match this.memo.take() {
+                        Some(Memo { store, ttl, conversation }) if !captures.is_empty() => {
+                            OutsState::Remembering(Box::pin(async move {
+                                crate::reasoning::remember(store.as_ref(), ttl, &conversation, &captures).await;
+                            }))
+                        }
+                        _ => OutsState::Ended,
                     };
                 }
             }
@@ -401,9 +414,9 @@ pub(crate) fn normalized(
     events: Events,
     first: Option<Out>,
     norm: Normalizer,
-    s: Shared,
+    memo: Option<Memo>,
 ) -> impl Stream<Item = Result<Chunk, UpstreamError>> + Send {
-    outs(events, first, norm, &s).map(|o| match o? {
+    outs(events, first, norm, memo).map(|o| match o? {
         Out::Chunk(c) => Ok(c),
         // Forwarded, so the payload is its own normalized chunk.
         Out::Same(data) => parse_chunk(&data),
@@ -502,7 +515,8 @@ mod tests {
     fn stream_of(events: Events, store: Arc<dyn StateStore>) -> impl Stream<Item = Result<Value, UpstreamError>> {
         let mut norm = Normalizer::new(settings());
         let first = read(&mut norm, chunk(json!({"role": "assistant", "content": ""}), None)).ok();
-        let outs = Outs::new(events, first, norm, store, std::time::Duration::from_secs(60));
+        let memo = Memo { store, ttl: std::time::Duration::from_secs(60), conversation: Chain::new(None) };
+        let outs = Outs::new(events, first, norm, Some(memo));
         outs.map(|o| {
             o.map(|o| match o {
                 Out::Chunk(c) => serde_json::to_value(c).unwrap_or_default(),
@@ -537,7 +551,9 @@ mod tests {
         while let Some(item) = outs.next().await {
             let c = item.expect("no error");
             if c["choices"][0]["finish_reason"] == "tool_calls" {
-                let stored = store.get(ns::REASONING, "id:call_1").await.expect("store");
+                let mut turn = Chain::new(None);
+                turn.push_assistant("", &["call_1".to_string()]);
+                let stored = store.get(ns::REASONING, &turn.key()).await.expect("store");
                 assert_eq!(stored.as_ref().map(|v| &v["reasoning"]), Some(&json!("Paris first.")));
                 finished = true;
             }

@@ -16,9 +16,20 @@ use crate::openai::ChatRequest;
 use crate::provider::request::Plan;
 use crate::provider::upstream::Reply;
 use crate::provider::{Route, UpstreamError, request, resilience};
+use crate::state::conversation::Chain;
 
-/// The route that answered, how its request was rewritten, and its reply.
-pub async fn send(s: &Shared, req: ChatRequest) -> Result<(Route, Plan, Reply), ApiError> {
+/// What [`send`] got back: the route that answered, how its request was
+/// rewritten, its reply, and (for a profile that replays reasoning) the
+/// conversation the reply answers, under whose key its reasoning is kept.
+pub struct Sent {
+    pub route: Route,
+    pub plan: Plan,
+    pub reply: Reply,
+    pub conversation: Option<Chain>,
+}
+
+/// Sends the request along its route or fallback chain.
+pub async fn send(s: &Shared, req: ChatRequest) -> Result<Sent, ApiError> {
     let routes = s.providers.routes(&req.model);
     let Some((last, before)) = routes.split_last() else {
         return Err(super::chat::route_for(s, &req.model).err().unwrap_or(ApiError::ModelNotFound(req.model.clone())));
@@ -46,13 +57,15 @@ async fn attempt(
     ctx: Option<&Arc<RequestCtx>>,
     route: &Route,
     mut req: ChatRequest,
-) -> Result<(Route, Plan, Reply), UpstreamError> {
+) -> Result<Sent, UpstreamError> {
     let p = &route.provider;
     if let Some(c) = ctx {
         c.set_served(&p.name, &route.model);
     }
     // Before the rewrites: prompt mode turns tool-call turns into text.
-    crate::reasoning::prepare_history(&mut req, &p.profile, &route.model, s.store.as_ref()).await;
+    let owner = ctx.and_then(|c| c.key.as_deref());
+    let conversation =
+        crate::reasoning::prepare_history(&mut req, &p.profile, &route.model, s.store.as_ref(), owner).await;
     let plan = request::normalize(&mut req, &p.profile, &route.model, p.prompt_for(&route.model));
     // Boxed, so the request's future splits into two allocations of under
     // 5 KiB rather than one of 7.7: in the allocator's 8 KiB size class, a
@@ -60,7 +73,7 @@ async fn attempt(
     // open stream's connection buffer, of which one page is used (1.4 MiB
     // more per 1,000 open streams; bench/README.md).
     let reply = Box::pin(resilience::post(&s.upstream, p, "chat/completions", &req)).await?;
-    Ok((route.clone(), plan, measured(reply, ctx.cloned(), &p.name, &route.model)))
+    Ok(Sent { route: route.clone(), plan, reply: measured(reply, ctx.cloned(), &p.name, &route.model), conversation })
 }
 
 /// Records time to first token now, and a stream's token usage when it goes by.

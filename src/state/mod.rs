@@ -7,6 +7,7 @@
 //! the default. A shared backend (Redis) plugs in behind the same trait so
 //! replicas can continue each other's conversations.
 
+pub mod conversation;
 mod memory;
 mod redis;
 
@@ -92,6 +93,10 @@ pub struct StateConfig {
     /// Upper bound of entries kept in memory.
     #[serde(default = "d_max")]
     pub max_entries: u64,
+    /// Upper bound of the bytes the memory store keeps (stored Responses
+    /// conversations are the large ones); the oldest entries go first.
+    #[serde(default = "d_max_bytes")]
+    pub max_bytes: u64,
 }
 
 fn d_ttl() -> u64 {
@@ -100,10 +105,13 @@ fn d_ttl() -> u64 {
 fn d_max() -> u64 {
     100_000
 }
+fn d_max_bytes() -> u64 {
+    256 << 20
+}
 
 impl Default for StateConfig {
     fn default() -> Self {
-        StateConfig { redis_url: None, ttl_secs: d_ttl(), max_entries: d_max() }
+        StateConfig { redis_url: None, ttl_secs: d_ttl(), max_entries: d_max(), max_bytes: d_max_bytes() }
     }
 }
 

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use crate::openai::{Chunk, ChunkChoice, Delta, FunctionDelta, ToolCallDelta, new_call_id};
-use crate::reasoning::TurnHash;
+use crate::state::conversation::TurnHash;
 use crate::toolcall::{Call, Event, Extractor, FormatSet, Options, ToolIndex};
 
 /// Settings for one response.
@@ -65,11 +65,11 @@ struct ChoiceState {
 
 /// The visible assistant turn and its reasoning, for the reasoning
 /// round-trip: captured for every choice that made tool calls.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Capture {
     pub call_ids: Vec<String>,
-    /// The visible message's hash (`reasoning::TurnHash`).
-    pub message_hash: String,
+    /// The visible message's text, hashed.
+    pub turn: TurnHash,
     pub reasoning: String,
 }
 
@@ -452,11 +452,7 @@ impl Normalizer {
         self.choices
             .iter()
             .filter(|c| !c.call_ids.is_empty())
-            .map(|c| Capture {
-                call_ids: c.call_ids.clone(),
-                message_hash: c.turn.finish(&c.call_ids),
-                reasoning: c.reasoning.clone(),
-            })
+            .map(|c| Capture { call_ids: c.call_ids.clone(), turn: c.turn.clone(), reasoning: c.reasoning.clone() })
             .collect()
     }
 
