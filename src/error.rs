@@ -56,6 +56,10 @@ pub enum ApiError {
     /// A backend this request needs (the state store) is down.
     #[error("{0}")]
     Unavailable(String),
+    /// The request (as the client sent it, or as assembled from stored
+    /// turns) is over `max_body_bytes`.
+    #[error("{0}")]
+    TooLarge(String),
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
 }
@@ -89,6 +93,10 @@ impl ApiError {
             ApiError::Unavailable(msg) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 ErrorObject::new("api_error", msg.clone()).with_code("service_unavailable"),
+            ),
+            ApiError::TooLarge(msg) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                ErrorObject::new("invalid_request_error", msg.clone()).with_code("request_too_large"),
             ),
             ApiError::Upstream(e) => e.to_openai(),
         }

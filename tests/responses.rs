@@ -742,3 +742,24 @@ async fn input_items_are_listed_and_a_deleted_response_is_gone() {
     let (st, _) = create(p, &json!({"model": "v/echo", "input": "x", "previous_response_id": id})).await;
     assert_eq!(st, 404);
 }
+
+/// Issue 25, item 12: each turn is under `max_body_bytes`, but the request
+/// assembled from `previous_response_id` is not: a 413, and the upstream
+/// never gets the oversized body.
+#[tokio::test]
+async fn the_body_limit_applies_to_the_request_assembled_from_stored_turns() {
+    let setup = setup_tweaked("", |c| c.limits.max_body_bytes = 64 * 1024).await;
+    let p = &setup.proxy;
+    let big = "x".repeat(40 * 1024);
+    let (status, first) = create(p, &json!({"model": "v/hello", "input": big})).await;
+    assert_eq!(status, 200, "{first}");
+    let sent = setup.requests().len();
+    let body = json!({"model": "v/hello", "input": big, "previous_response_id": first["id"]});
+    let (status, e) = create(p, &body).await;
+    assert_eq!(status, 413, "{e}");
+    assert_eq!(e["error"]["code"], "request_too_large", "{e}");
+    assert_eq!(setup.requests().len(), sent, "nothing went upstream");
+    let (status, _) =
+        create(p, &json!({"model": "v/hello", "input": "short", "previous_response_id": first["id"]})).await;
+    assert_eq!(status, 200, "a small next turn still goes through");
+}

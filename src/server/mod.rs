@@ -74,7 +74,7 @@ impl AppState {
         }
         let store: Arc<dyn StateStore> = match &config.state.redis_url {
             Some(url) => Arc::new(crate::state::RedisStore::new(url).map_err(|e| ConfigError::Invalid(e.to_string()))?),
-            None => Arc::new(MemoryStore::new(config.state.max_entries)),
+            None => Arc::new(MemoryStore::bounded(config.state.max_entries, config.state.max_bytes)),
         };
         let auth = auth::Auth::new(config.auth.as_ref(), config.limits.max_concurrent_per_key)
             .map_err(ConfigError::Invalid)?;

@@ -54,6 +54,15 @@ pub async fn create(State(s): State<Shared>, body: Bytes) -> Result<Response, Ap
             format!("Too many messages: {} with the earlier turns, the limit is {max}.", chat.messages.len()),
         ));
     }
+    // Likewise the body limit: the stored turns make the upstream's body
+    // larger than what the client sent.
+    let max = s.edge.limits.max_body_bytes;
+    if !history.is_empty() && json_len(&chat) > max {
+        crate::metrics::refused("body_too_large");
+        return Err(ApiError::TooLarge(format!(
+            "The request with its earlier turns (previous_response_id) is larger than the limit of {max} bytes."
+        )));
+    }
     let mut items = history;
     items.extend(req.input.iter().cloned());
     let builder = Builder::new(skeleton(&req, &new_id("resp")));
@@ -75,6 +84,25 @@ pub async fn create(State(s): State<Shared>, body: Bytes) -> Result<Response, Ap
         save(&s, owner.as_deref(), &b, items).await;
     }
     Ok(Json(b.response().clone()).into_response())
+}
+
+/// The length of `v` as JSON, counted without building the text.
+fn json_len(v: &impl serde::Serialize) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut c = Count(0);
+    match serde_json::to_writer(&mut c, v) {
+        Ok(()) => c.0,
+        Err(_) => usize::MAX,
+    }
 }
 
 pub async fn retrieve(State(s): State<Shared>, Path(id): Path<String>) -> Result<Response, ApiError> {

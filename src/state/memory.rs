@@ -1,5 +1,5 @@
-//! The in-process store: a moka cache bounded in entries, each entry with its
-//! own time to live.
+//! The in-process store: a moka cache bounded in bytes and in entries, each
+//! entry with its own time to live.
 
 use std::time::{Duration, Instant};
 
@@ -14,6 +14,8 @@ use super::{StateError, StateStore};
 struct Entry {
     value: Value,
     ttl: Duration,
+    /// [`weight`] of `value`, taken once at insert.
+    size: u64,
 }
 
 struct PerEntryTtl;
@@ -30,9 +32,55 @@ pub struct MemoryStore {
 }
 
 impl MemoryStore {
+    /// At most `max_entries` entries (default budget per entry).
     pub fn new(max_entries: u64) -> Self {
-        MemoryStore { cache: Cache::builder().max_capacity(max_entries).expire_after(PerEntryTtl).build() }
+        Self::bounded(max_entries, max_entries.saturating_mul(ENTRY_FLOOR))
     }
+
+    /// At most `max_bytes` of values and at most `max_entries` entries: the
+    /// cache's capacity is bytes, and an entry weighs its size but at least
+    /// `max_bytes / max_entries`, so both bounds hold.
+    pub fn bounded(max_entries: u64, max_bytes: u64) -> Self {
+        let floor = (max_bytes / max_entries.max(1)).max(1);
+        let cache = Cache::builder()
+            .max_capacity(max_bytes)
+            .weigher(move |k: &String, e: &Entry| {
+                let size = (k.len() as u64).saturating_add(e.size).max(floor);
+                u32::try_from(size).unwrap_or(u32::MAX)
+            })
+            .expire_after(PerEntryTtl)
+            // LRU, not TinyLFU: a new conversation's state is the one its
+            // next turn asks for, and TinyLFU may refuse to admit it.
+            .eviction_policy(moka::policy::EvictionPolicy::lru())
+            .build();
+        MemoryStore { cache }
+    }
+}
+
+/// The byte budget of one entry in [`MemoryStore::new`].
+const ENTRY_FLOOR: u64 = 4096;
+
+/// About what a value holds in memory: its JSON text, plus a word per
+/// node for the tree (no serialization: one walk, no allocation).
+pub fn weight(v: &Value) -> u64 {
+    const NODE: u64 = 32;
+    let mut total = 0u64;
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        total = total.saturating_add(NODE);
+        match v {
+            Value::String(s) => total = total.saturating_add(s.len() as u64),
+            Value::Array(a) => stack.extend(a.iter()),
+            Value::Object(m) => {
+                for (k, v) in m {
+                    total = total.saturating_add(k.len() as u64 + NODE);
+                    stack.push(v);
+                }
+            }
+            _ => {}
+        }
+    }
+    total
 }
 
 fn key(ns: &str, key: &str) -> String {
@@ -52,7 +100,8 @@ impl StateStore for MemoryStore {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), StateError>> {
         Box::pin(async move {
-            self.cache.insert(key(ns, k), Entry { value, ttl }).await;
+            let size = weight(&value);
+            self.cache.insert(key(ns, k), Entry { value, ttl, size }).await;
             Ok(())
         })
     }
@@ -86,5 +135,26 @@ mod tests {
         s.delete("a", "k").await.unwrap();
         assert_eq!(s.get("a", "k").await.unwrap(), None);
         s.delete("a", "never").await.unwrap();
+    }
+
+    /// Issue 25, item 12: twenty 4 MiB values in a 16 MiB store keep at
+    /// most 16 MiB, whatever the entry count allows.
+    #[tokio::test]
+    async fn bounded_by_bytes() {
+        let s = MemoryStore::bounded(100_000, 16 << 20);
+        let big = Value::String("x".repeat(4 << 20));
+        for i in 0..20 {
+            s.put("responses", &format!("r{i}"), big.clone(), Duration::from_secs(60)).await.unwrap();
+        }
+        s.cache.run_pending_tasks().await;
+        assert!(s.cache.weighted_size() <= 16 << 20, "{}", s.cache.weighted_size());
+        assert!(s.cache.entry_count() <= 4, "{}", s.cache.entry_count());
+        assert!(s.get("responses", "r19").await.unwrap().is_some(), "the newest is kept");
+        let few = MemoryStore::bounded(3, 16 << 20);
+        for i in 0..10 {
+            few.put("a", &format!("k{i}"), Value::from(i), Duration::from_secs(60)).await.unwrap();
+        }
+        few.cache.run_pending_tasks().await;
+        assert!(few.cache.entry_count() <= 3, "{}", few.cache.entry_count());
     }
 }
