@@ -32,7 +32,10 @@ impl Drop for Redis {
 }
 
 fn start_redis() -> Redis {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    start_redis_on(std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port())
+}
+
+fn start_redis_on(port: u16) -> Redis {
     let child = Command::new("redis-server")
         .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
         .stdout(Stdio::null())
@@ -89,6 +92,25 @@ async fn replicas_share_state_through_redis() {
     let m = a.http.get(a.url("/metrics")).send().await.unwrap().text().await.unwrap();
     assert!(m.contains("modelshim_state_backend_up{backend=\"redis\"} 0"), "{m}");
     assert!(m.contains("modelshim_state_errors_total{backend=\"redis\",op=\"get\"}"), "{m}");
+}
+
+/// Issue 25, item 17: the first write after Redis restarted used to fail on
+/// the dead connection and be dropped (a `store: true` response then 404 on
+/// every replica). It is retried on the new connection and lands.
+#[tokio::test]
+async fn the_first_write_after_a_redis_restart_lands() {
+    let mut redis = start_redis();
+    let port = redis.port;
+    let server = MockServer::start().await;
+    let (_a, state_a) = replica(&server.uri(), port).await;
+    let (_b, state_b) = replica(&server.uri(), port).await;
+    state_a.store.put(ns::SPLICE, "before", json!(1), Duration::from_secs(60)).await.unwrap();
+    let _ = redis.child.kill();
+    let _ = redis.child.wait();
+    let _restarted = start_redis_on(port);
+    state_a.store.put(ns::RESPONSES, "resp_1", json!({"ok": true}), Duration::from_secs(60)).await.unwrap();
+    assert_eq!(state_b.store.get(ns::RESPONSES, "resp_1").await.unwrap(), Some(json!({"ok": true})));
+    assert_eq!(state_a.store.get(ns::RESPONSES, "resp_1").await.unwrap(), Some(json!({"ok": true})));
 }
 
 /// A replica with a given profile and tools config, sharing `redis_port`.

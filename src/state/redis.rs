@@ -62,9 +62,22 @@ impl RedisStore {
         Ok(RedisStore { conn, up: AtomicBool::new(true), gcra: redis::Script::new(GCRA) })
     }
 
+    /// Runs an idempotent command (GET, SET, DEL). A command that failed on
+    /// a connection that had died (Redis restarted) is sent once more on the
+    /// manager's new one: otherwise the first write after a restart was lost
+    /// while the client was told it was stored.
     async fn run<T: redis::FromRedisValue>(&self, op: &'static str, cmd: redis::Cmd) -> Result<T, StateError> {
         let mut conn = self.conn.clone();
-        self.bounded(op, async move { cmd.query_async::<T>(&mut conn).await }).await
+        self.bounded(op, async move {
+            match cmd.query_async::<T>(&mut conn).await {
+                Err(e) if e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error() => {
+                    tracing::debug!(error = %e, op, "redis connection lost; sending once more on a new one");
+                    cmd.query_async::<T>(&mut conn).await
+                }
+                r => r,
+            }
+        })
+        .await
     }
 
     /// One Redis operation, bounded in time, with the up/down bookkeeping.
