@@ -178,3 +178,47 @@ async fn a_deeply_nested_request_is_a_400() {
         assert_eq!(r.status(), 400, "{path}");
     }
 }
+
+/// Where a client can nest: message content, a tool's schema, a call's
+/// arguments, Responses input; `@` is the nested value.
+const REQUEST_SHAPES: &[&str] = &[
+    r#"{"model": "v/m", "messages": [{"role": "user", "content": @}]}"#,
+    r#"{"model": "v/m", "messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {"x": @}}}}]}"#,
+    r#"{"model": "v/m", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f", "arguments": @}}]}, {"role": "tool", "tool_call_id": "c1", "content": @}]}"#,
+    r#"{"model": "v/m", "messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": @}}}"#,
+    r#"{"model": "v/m", "input": @}"#,
+    r#"{"model": "v/m", "input": [{"type": "message", "role": "user", "content": @}], "tools": [{"type": "function", "name": "f", "parameters": @}]}"#,
+];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Random nesting anywhere in a chat or Responses body: an HTTP answer
+    /// (200 or a 4xx), never a dropped connection or a crash.
+    #[test]
+    fn nested_request_bodies_get_an_answer(
+        shape in prop::sample::select(REQUEST_SHAPES),
+        opener in prop::sample::select(&["[", "{\"a\":", "[{\"type\": \"object\", \"properties\": {\"p\": "][..]),
+        depth in prop_oneof![1usize..140, 1_000usize..40_000],
+        closed in any::<bool>(),
+    ) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let upstream = MockServer::start().await;
+            Mock::given(method("POST"))
+                .respond_with(ResponseTemplate::new(200).set_body_json(completion(json!({"role": "assistant", "content": "ok"}), "stop")))
+                .mount(&upstream)
+                .await;
+            let p = proxy("", &upstream.uri()).await;
+            let body = shape.replace('@', &deep(opener, depth, closed));
+            let path = if shape.contains("\"input\"") { "/v1/responses" } else { "/v1/chat/completions" };
+            let r = p.http.post(p.url(path)).header("content-type", "application/json").body(body).send().await;
+            let r = r.expect("the proxy answers");
+            let status = r.status().as_u16();
+            assert!(status == 200 || (400..500).contains(&status), "{status}");
+            // And it still serves.
+            let (ok, _) = p.chat(json!({"model": "v/m", "messages": [{"role": "user", "content": "hi"}]})).await;
+            assert_eq!(ok, 200);
+        });
+    }
+}
