@@ -676,3 +676,41 @@ async fn a_hidden_exchange_never_reaches_another_key() {
     send("sk-team-a-0001", next).await;
     assert!(hidden_in(&log.lock().unwrap()[0]), "A's own next turn gets its exchange back");
 }
+
+/// Issue 26, item 2: a call the server may have received is not sent again
+/// when the server dies during it (a tool that writes would run twice); its
+/// result says so, and the next call reconnects.
+#[tokio::test]
+async fn a_call_whose_server_died_during_it_is_not_sent_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let pidfile = dir.path().join("pid");
+    let sh = format!("echo $$ > {}; exec node {}", pidfile.display(), mcp_everything::script().display());
+    let config = format!("[mcp.servers.everything]\ncommand = \"sh\"\nargs = [\"-c\", {sh:?}]\n");
+    let s = setup("", &config, |req| match (last_user(req).as_str(), tool_results(req).first()) {
+        (_, Some(r)) => say(r),
+        ("slow", None) => calls(
+            "",
+            &[("call_slow", "everything__trigger-long-running-operation", json!({"duration": 4, "steps": 4}))],
+        ),
+        _ => calls("", &[("call_e", "everything__echo", json!({"message": "up"}))]),
+    })
+    .await;
+    assert_eq!(s.proxy.chat(ask("warm up")).await.1["choices"][0]["message"]["content"], "Echo: up");
+    let first = std::fs::read_to_string(&pidfile).unwrap().trim().to_string();
+    let killer = {
+        let first = first.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(1000)).await;
+            std::process::Command::new("kill").args(["-9", &first]).status().unwrap();
+        })
+    };
+    let (st, body) = s.proxy.chat(ask("slow")).await;
+    killer.await.unwrap();
+    assert_eq!(st, 200, "{body}");
+    let text = body["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    assert!(text.contains("stopped during this call") && text.contains("not sent again"), "{text}");
+    let now = std::fs::read_to_string(&pidfile).unwrap().trim().to_string();
+    assert_eq!(now, first, "no new server was started to send the call again");
+    assert_eq!(s.proxy.chat(ask("again")).await.1["choices"][0]["message"]["content"], "Echo: up", "reconnects");
+    assert_ne!(std::fs::read_to_string(&pidfile).unwrap().trim(), first);
+}

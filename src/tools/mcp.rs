@@ -4,8 +4,10 @@
 //!
 //! Tools are listed at connect and again on `notifications/tools/list_changed`
 //! (each change bumps the generation, so the registry rebuilds its catalog).
-//! A call that fails on the transport reconnects (restarts the child) and is
-//! retried once; a supervisor task reconnects servers that are down. Results
+//! A call that could not be sent reconnects (restarts the child) and is sent
+//! once more; one the server may have received is never sent again (at most
+//! once: its result says the server stopped). A supervisor task reconnects
+//! servers that are down. Results
 //! are converted from the MCP wire shape: text, `structuredContent`,
 //! `isError`, images, embedded resources and resource links.
 
@@ -337,9 +339,21 @@ impl Server {
                 }
                 // A protocol error (unknown tool, bad params) is for the model to read.
                 Err(ServiceError::McpError(e)) => return Ok(ToolOutput::error(e.message.to_string())),
-                Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_))) if !reconnect => {
-                    tracing::warn!(server = %self.name, "MCP call failed on the transport, reconnecting: {e}");
+                // Not sent: safe to send on a new connection.
+                Err(e @ ServiceError::TransportSend(_)) if !reconnect => {
+                    tracing::warn!(server = %self.name, "MCP call could not be sent, reconnecting: {e}");
                     reconnect = true;
+                }
+                // Sent, then the server went away: it may have run the call,
+                // so it is not sent again (at most once); the model decides.
+                // The next call reconnects.
+                Err(ServiceError::TransportClosed) => {
+                    tracing::warn!(server = %self.name, tool, "MCP server closed its connection during a call");
+                    *self.conn.lock().await = None;
+                    return Ok(ToolOutput::error(format!(
+                        "The MCP server `{}` stopped during this call (it may have crashed). The call may or may not have taken effect; it was not sent again.",
+                        self.name
+                    )));
                 }
                 Err(e) => return Err(ToolError::Failed(format!("MCP server `{}`: {e}", self.name))),
             }
@@ -426,15 +440,14 @@ pub fn convert_result(v: &Value) -> ToolOutput {
         };
         out.content.push(c);
     }
-    // Servers should repeat structured content as text; add it when they don't.
-    if let Some(sc) = v.get("structuredContent").filter(|x| !x.is_null()) {
-        let repeated = out.content.iter().any(|c| match c {
-            Content::Text(t) => serde_json::from_str::<Value>(t).is_ok_and(|p| &p == sc),
-            _ => false,
-        });
-        if !repeated {
-            out.content.push(Content::Text(sc.to_string()));
-        }
+    // The spec has servers repeat structured content in a text block, often
+    // in their own words (server-filesystem's file text, the Python SDK's
+    // `Echo: one` for `{"result": "Echo: one"}`): with any text block there,
+    // the JSON would only say it twice. Without one, it is all there is.
+    if let Some(sc) = v.get("structuredContent").filter(|x| !x.is_null())
+        && !out.content.iter().any(|c| matches!(c, Content::Text(_)))
+    {
+        out.content.push(Content::Text(sc.to_string()));
     }
     out
 }
@@ -465,5 +478,19 @@ mod tests {
             &json!({"content": [{"type": "text", "text": "{\"x\": 1}"}], "structuredContent": {"x": 1}}),
         );
         assert_eq!(repeated.content.len(), 1);
+    }
+
+    /// Issue 26, item 3: a text block in the server's own words is not
+    /// followed by the same content as JSON.
+    #[test]
+    fn structured_content_is_not_repeated_after_a_text_block() {
+        let python_sdk = json!({"content": [{"type": "text", "text": "Echo: one"}],
+            "structuredContent": {"result": "Echo: one"}, "isError": false});
+        assert_eq!(convert_result(&python_sdk).model_text(false), "Echo: one");
+        let filesystem = json!({"content": [{"type": "text", "text": "line 1\nline 2"}],
+            "structuredContent": {"content": "line 1\nline 2"}});
+        assert_eq!(convert_result(&filesystem).model_text(false), "line 1\nline 2");
+        let only_structured = json!({"content": [], "structuredContent": {"temperature": 22}});
+        assert_eq!(convert_result(&only_structured).model_text(false), "{\"temperature\":22}");
     }
 }
