@@ -714,3 +714,45 @@ async fn a_call_whose_server_died_during_it_is_not_sent_again() {
     assert_eq!(s.proxy.chat(ask("again")).await.1["choices"][0]["message"]["content"], "Echo: up", "reconnects");
     assert_ne!(std::fs::read_to_string(&pidfile).unwrap().trim(), first);
 }
+
+/// Issue 26, item 1: a Streamable HTTP server that restarted answers our
+/// stale session id with a 400 (server-everything) rather than the spec's
+/// 404; the next call starts a new session and goes through at once instead
+/// of waiting out its timeout.
+#[tokio::test]
+async fn a_restarted_streamable_http_server_gets_a_new_session() {
+    let script = mcp_everything::script();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let start = || async {
+        let child = Child(
+            std::process::Command::new("node")
+                .arg(&script)
+                .arg("streamableHttp")
+                .env("PORT", port.to_string())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let until = Instant::now() + Duration::from_secs(20);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
+            assert!(Instant::now() < until, "the MCP HTTP server did not start");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        child
+    };
+    let server = start().await;
+    let config = format!("[mcp.servers.remote]\nurl = \"http://127.0.0.1:{port}/mcp\"\ntimeout_secs = 8\n");
+    let s = setup("", &config, |req| match tool_results(req).first() {
+        None => calls("", &[("call_h", "remote__echo", json!({"message": last_user(req)}))]),
+        Some(r) => say(r),
+    })
+    .await;
+    assert_eq!(s.proxy.chat(ask("before")).await.1["choices"][0]["message"]["content"], "Echo: before");
+    drop(server);
+    let _server = start().await;
+    let (st, body) = s.proxy.chat(ask("after")).await;
+    assert_eq!(st, 200, "{body}");
+    // Before, the call waited out its timeout and its result said so.
+    assert_eq!(body["choices"][0]["message"]["content"], "Echo: after", "{body}");
+}

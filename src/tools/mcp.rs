@@ -298,8 +298,10 @@ impl Server {
                 headers.insert(name, value);
             }
             let client = reqwest::Client::builder().default_headers(headers).build().map_err(|e| e.to_string())?;
-            let transport =
-                StreamableHttpClientTransport::with_client(client, StreamableHttpClientTransportConfig::with_uri(url));
+            let transport = StreamableHttpClientTransport::with_client(
+                super::mcp_session::SessionClient(client),
+                StreamableHttpClientTransportConfig::with_uri(url),
+            );
             (handler.serve(transport).await.map_err(|e| format!("initialize failed: {e}"))?, None)
         };
         let tools = service.list_all_tools().await.map_err(|e| format!("tools/list failed: {e}"))?;

@@ -15,6 +15,7 @@ pub mod builtin;
 pub mod config;
 pub mod dispatch;
 pub mod mcp;
+mod mcp_session;
 pub mod skill;
 
 use std::collections::HashMap;
