@@ -826,3 +826,77 @@ async fn token_counts_are_kept_whether_an_answer_is_sent_as_is_or_normalized() {
         assert!(m.contains(want), "missing {want} in\n{m}");
     }
 }
+
+// ------------------------------------------------------- issue 25: leaks, limits
+
+/// A provider key the upstream echoes back (`Incorrect API key provided:
+/// Bearer …`) reaches neither the client (chat, streamed chat, Responses,
+/// embeddings), nor the log at any level (the WARN of the retry included),
+/// nor the exported spans.
+#[tokio::test]
+async fn an_echoed_provider_key_reaches_no_client_no_log_and_no_trace() {
+    const ECHOED: &str = "prov-key-echoed-0123456789";
+    let upstream = MockServer::start().await;
+    let openai_shape = json!({"error": {"message": format!("Incorrect API key provided: Bearer {ECHOED}"),
+        "type": "invalid_request_error", "code": "invalid_api_key"}});
+    // Overloaded first (retried, logged at WARN), then a 401 in another shape.
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(503).set_body_json(&openai_shape))
+        .up_to_n_times(1)
+        .mount(&upstream)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(401).set_body_json(json!({"code": 401,
+            "message": format!("bad key {ECHOED}"), "data": {"key": ECHOED, ECHOED: true}})))
+        .mount(&upstream)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/embeddings"))
+        .respond_with(ResponseTemplate::new(401).set_body_string(format!("Invalid key {ECHOED}")))
+        .mount(&upstream)
+        .await;
+    let collector = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/traces"))
+        .respond_with(ResponseTemplate::new(200))
+        .mount(&collector)
+        .await;
+    let config = format!(
+        "[upstream]\nretries = 1\nretry_backoff_ms = 10\n\n\
+         [providers.v]\nprofile = \"openai\"\nbase_url = \"{}/v1\"\napi_key_env = \"TEST_ECHOED_KEY\"\n\n\
+         [telemetry]\notlp_endpoint = \"{}\"\n",
+        upstream.uri(),
+        collector.uri()
+    );
+    let mut p = serve_process(&config, &[("TEST_ECHOED_KEY", ECHOED), ("RUST_LOG", "debug")]).await;
+    let ask = json!({"model": "v/m", "messages": [{"role": "user", "content": "hi"}]});
+    let mut streamed = ask.clone();
+    streamed["stream"] = json!(true);
+    let calls = [
+        ("/v1/chat/completions", ask),
+        ("/v1/chat/completions", streamed),
+        ("/v1/responses", json!({"model": "v/m", "input": "hi"})),
+        ("/v1/embeddings", json!({"model": "v/e", "input": "hi"})),
+    ];
+    for (route, body) in calls {
+        let r = p.proxy.http.post(p.proxy.url(route)).json(&body).send().await.unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        assert_eq!(status, 401, "{route}: {text}");
+        assert!(!text.contains(ECHOED), "{route}: the key reached the client: {text}");
+        assert!(text.contains("[REDACTED]"), "{route}: the upstream's message is kept, redacted: {text}");
+    }
+    // The key really was sent, to its own upstream.
+    let seen = upstream.received_requests().await.unwrap();
+    assert!(seen.iter().all(|r| r.headers["authorization"] == format!("Bearer {ECHOED}").as_str()));
+    assert!(p.terminate().success());
+    let log = p.log();
+    assert!(log.contains("retrying upstream"), "the retry is logged:\n{log}");
+    assert!(!log.contains(ECHOED), "the key is in the log:\n{log}");
+    let spans: Vec<u8> = collector.received_requests().await.unwrap().iter().flat_map(|r| r.body.clone()).collect();
+    let has = |needle: &[u8]| spans.windows(needle.len()).any(|w| w == needle);
+    assert!(has(b"upstream") && has(b"[REDACTED]"), "the upstream spans and their redacted errors are exported");
+    assert!(!has(ECHOED.as_bytes()), "the key is in the exported spans");
+}
