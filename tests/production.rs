@@ -900,3 +900,97 @@ async fn an_echoed_provider_key_reaches_no_client_no_log_and_no_trace() {
     assert!(has(b"upstream") && has(b"[REDACTED]"), "the upstream spans and their redacted errors are exported");
     assert!(!has(ECHOED.as_bytes()), "the key is in the exported spans");
 }
+
+/// A raw listener that counts connections and keeps what they send.
+async fn witness() -> (String, Arc<std::sync::Mutex<(usize, Vec<u8>)>>) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let seen: Arc<std::sync::Mutex<(usize, Vec<u8>)>> = Arc::default();
+    let s = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = l.accept().await {
+            s.lock().unwrap().0 += 1;
+            let s = s.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                while let Ok(n) = tokio::io::AsyncReadExt::read(&mut c, &mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    s.lock().unwrap().1.extend_from_slice(&buf[..n]);
+                }
+            });
+        }
+    });
+    (url, seen)
+}
+
+/// An upstream answering 307 towards another port: the redirect is not
+/// followed (neither by reqwest, embeddings here, nor by the direct chat
+/// client), the client gets a 502 saying so, and the other port sees no
+/// connection, so neither the body nor the key in the profile's own header.
+#[tokio::test]
+async fn a_redirect_to_another_origin_gets_neither_body_nor_key() {
+    let (elsewhere, seen) = witness().await;
+    let upstream = MockServer::start().await;
+    for route in ["/v1/embeddings", "/v1/chat/completions"] {
+        Mock::given(method("POST"))
+            .and(path(route))
+            .respond_with(ResponseTemplate::new(307).insert_header("location", format!("{elsewhere}{route}")))
+            .mount(&upstream)
+            .await;
+    }
+    let profile = "api_key_env = \"HOME\"\nauth_header = \"x-api-key\"\n";
+    let p = proxy_with(profile, &upstream.uri(), |_| {}).await;
+    let embed = json!({"model": "v/e", "input": "the body"});
+    for (route, body) in [("/v1/embeddings", embed), ("/v1/chat/completions", hello())] {
+        let r = p.http.post(p.url(route)).json(&body).send().await.unwrap();
+        let status = r.status().as_u16();
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(status, 502, "{route}: {body}");
+        let msg = body["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("307") && msg.contains("not followed"), "{route}: {msg}");
+    }
+    assert_eq!(seen.lock().unwrap().0, 0, "the other origin was connected to");
+    if let Ok(home) = std::env::var("HOME") {
+        let got = upstream.received_requests().await.unwrap();
+        assert!(got.iter().all(|r| r.headers["x-api-key"] == home.as_str()), "the key went to its own upstream");
+    }
+}
+
+/// `follow_redirects = true`: a redirect within the upstream's origin is
+/// followed (on every route, chat included), one to another origin still is not.
+#[tokio::test]
+async fn follow_redirects_stays_within_the_origin() {
+    let (elsewhere, seen) = witness().await;
+    let upstream = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/embeddings"))
+        .respond_with(ResponseTemplate::new(307).insert_header("location", format!("{}/v2/embeddings", upstream.uri())))
+        .mount(&upstream)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v2/embeddings"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"object": "list", "data": []})))
+        .mount(&upstream)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(308).insert_header("location", format!("{elsewhere}/v1/chat/completions")))
+        .mount(&upstream)
+        .await;
+    let p = proxy_with(
+        "follow_redirects = true\nauth_header = \"x-api-key\"\napi_key_env = \"HOME\"\n",
+        &upstream.uri(),
+        |_| {},
+    )
+    .await;
+    let r = p.http.post(p.url("/v1/embeddings")).json(&json!({"model": "v/e", "input": "x"})).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let (st, _, body) = post(&p, None, &hello()).await;
+    assert_eq!(st, 502, "{body}");
+    assert_eq!(seen.lock().unwrap().0, 0, "the other origin was connected to");
+    let v2 = upstream.received_requests().await.unwrap();
+    let moved = v2.iter().find(|r| r.url.path() == "/v2/embeddings").expect("the same-origin redirect was followed");
+    assert_eq!(serde_json::from_slice::<Value>(&moved.body).unwrap()["input"], "x", "with its body");
+}
