@@ -477,8 +477,12 @@ async fn circuit_half_opens_and_closes() {
 async fn proxy_with_provider(name: &str, url: &str) -> Proxy {
     proxy_with("", url, |c| {
         let base_url = Some(format!("{url}/v1"));
-        c.providers
-            .insert(name.into(), ProviderConfig { profile: Some("testvendor".into()), base_url, ..Default::default() });
+        // `mm` is a model the config knows: its own label in the metrics.
+        let models = Some(vec!["mm".to_string()]);
+        c.providers.insert(
+            name.into(),
+            ProviderConfig { profile: Some("testvendor".into()), base_url, models, ..Default::default() },
+        );
     })
     .await
 }
@@ -993,4 +997,102 @@ async fn follow_redirects_stays_within_the_origin() {
     let v2 = upstream.received_requests().await.unwrap();
     let moved = v2.iter().find(|r| r.url.path() == "/v2/embeddings").expect("the same-origin redirect was followed");
     assert_eq!(serde_json::from_slice::<Value>(&moved.body).unwrap()["input"], "x", "with its body");
+}
+
+/// Models the config does not know share one `other` label.
+#[tokio::test]
+async fn unknown_models_share_one_metrics_series() {
+    let server = ok_upstream().await;
+    let p = proxy_with_provider("cardprov", &server.uri()).await;
+    for i in 0..50 {
+        let (st, _, body) = post(
+            &p,
+            None,
+            &json!({"model": format!("cardprov/made-up-{i}"), "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+        assert_eq!(st, 200, "{body}");
+    }
+    assert_eq!(
+        post(&p, None, &json!({"model": "cardprov/mm", "messages": [{"role": "user", "content": "hi"}]})).await.0,
+        200
+    );
+    let m = p.http.get(p.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(!m.contains("made-up-"), "{m}");
+    let series: Vec<&str> = m
+        .lines()
+        .filter(|l| l.starts_with("modelshim_requests_total{") && l.contains("provider=\"cardprov\""))
+        .collect();
+    for want in [
+        "modelshim_requests_total{provider=\"cardprov\",model=\"other\",status=\"200\"} 50",
+        "modelshim_requests_total{provider=\"cardprov\",model=\"mm\",status=\"200\"} 1",
+    ] {
+        assert!(series.contains(&want), "missing {want} in {series:?}");
+    }
+    assert_eq!(series.len(), 2, "{series:?}");
+}
+
+/// A duplicate top-level key is refused before anything reads it, so the
+/// limits and the model allow-list see the value that would be served.
+#[tokio::test]
+async fn duplicate_top_level_keys_are_refused() {
+    let server = ok_upstream().await;
+    let p = proxy_with("", &server.uri(), |c| {
+        c.limits.max_messages = 4096;
+        with_auth(c, &format!("keys = [{{ key = \"{KEY}\", models = [\"v/*\"] }}]"));
+    })
+    .await;
+    let many: Vec<Value> = (0..6500).map(|i| json!({"role": "user", "content": format!("m{i}")})).collect();
+    let many = serde_json::to_string(&many).unwrap();
+    let one = r#"[{"role":"user","content":"hi"}]"#;
+    let bodies = [
+        (format!(r#"{{"model":"v/m","messages":{one},"messages":{many}}}"#), "messages"),
+        (format!(r#"{{"model":"v/m","messages":{many},"messages":{one}}}"#), "messages"),
+        (format!(r#"{{"model":"v/m","model":"w/other","messages":{one}}}"#), "model"),
+        (format!(r#"{{"model":"v/m","messages":{one},"tools":[],"tools":[{{"type":"function"}}]}}"#), "tools"),
+    ];
+    for (body, key) in bodies {
+        let r = p
+            .http
+            .post(p.url("/v1/chat/completions"))
+            .bearer_auth(KEY)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(
+            (status, v["error"]["code"].as_str(), v["error"]["param"].as_str()),
+            (400, Some("duplicate_key"), Some(key)),
+            "{v}"
+        );
+    }
+    assert!(server.received_requests().await.unwrap().is_empty(), "nothing reached the upstream");
+    // Too many messages under one key is still the limit's 400.
+    let body = format!(r#"{{"model":"v/m","messages":{many}}}"#);
+    let r = p.http.post(p.url("/v1/chat/completions")).bearer_auth(KEY).body(body).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "limit_exceeded");
+}
+
+/// `/v1/models` lists to each key only what it may use.
+#[tokio::test]
+async fn the_model_list_is_what_the_key_may_use() {
+    let server = ok_upstream().await;
+    let p = proxy_with("models = [\"a\", \"b\"]", &server.uri(), |c| {
+        c.models.insert("smart".into(), "v/a".into());
+        with_auth(c, r#"keys = ["sk-sees-every-model", { key = "sk-sees-only-v-a", models = ["v/a"] }]"#);
+    })
+    .await;
+    let ids = |key: &'static str| {
+        let p = &p;
+        async move {
+            let v: Value = p.http.get(p.url("/v1/models")).bearer_auth(key).send().await.unwrap().json().await.unwrap();
+            v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_string()).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(ids("sk-sees-every-model").await, ["v/a", "v/b", "smart"]);
+    assert_eq!(ids("sk-sees-only-v-a").await, ["v/a"]);
 }

@@ -49,7 +49,7 @@ async fn attempt(
 ) -> Result<(Route, Plan, Reply), UpstreamError> {
     let p = &route.provider;
     if let Some(c) = ctx {
-        c.set_served(&p.name, &route.model);
+        c.set_served(p, &route.model);
     }
     // Before the rewrites: prompt mode turns tool-call turns into text.
     crate::reasoning::prepare_history(&mut req, &p.profile, &route.model, s.store.as_ref()).await;
@@ -60,7 +60,7 @@ async fn attempt(
     // open stream's connection buffer, of which one page is used (1.4 MiB
     // more per 1,000 open streams; bench/README.md).
     let reply = Box::pin(resilience::post(&s.upstream, p, "chat/completions", &req)).await?;
-    Ok((route.clone(), plan, measured(reply, ctx.cloned(), &p.name, &route.model)))
+    Ok((route.clone(), plan, measured(reply, ctx.cloned(), &p.name, p.metric_model(&route.model))))
 }
 
 /// Records time to first token now, and a stream's token usage when it goes by.
