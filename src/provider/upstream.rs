@@ -111,12 +111,16 @@ pub struct Upstream {
     recorder: Option<Arc<Recorder>>,
 }
 
+/// A serving thread's reqwest client, by `Upstream::id` and whether it
+/// follows same-origin redirects.
+type ThreadClient = ((u64, bool), reqwest::Client);
+
 thread_local! {
     /// On a serving thread: its own reqwest clients, by `Upstream::id`. A client's
     /// connections are driven by tasks on the runtime that opened them, so a
     /// pool shared between the threads' runtimes would hand a request to
     /// another thread's connection and wake that thread for every read.
-    static THREAD_CLIENTS: std::cell::RefCell<Option<Vec<((u64, bool), reqwest::Client)>>> =
+    static THREAD_CLIENTS: std::cell::RefCell<Option<Vec<ThreadClient>>> =
         const { std::cell::RefCell::new(None) };
 }
 
