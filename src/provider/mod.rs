@@ -94,7 +94,12 @@ impl Provider {
     /// it, else `other` (model names come from clients; a label per name
     /// would grow the series without bound).
     pub fn metric_model<'a>(&self, model: &'a str) -> &'a str {
-        if self.known_models.contains(model) { model } else { crate::metrics::OTHER_MODEL }
+        if self.knows_model(model) { model } else { crate::metrics::OTHER_MODEL }
+    }
+
+    /// Whether the config or profile knows `model` (an upstream model name).
+    pub fn knows_model(&self, model: &str) -> bool {
+        self.known_models.contains(model)
     }
 
     /// The parsed upstream URL of `path` when it is the one kept parsed

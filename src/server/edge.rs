@@ -69,15 +69,23 @@ pub struct Served {
     pub provider: String,
     /// The upstream model name (in the access log).
     pub model: String,
-    /// The model's metrics label ([`crate::provider::Provider::metric_model`]).
-    pub label: String,
+    /// Whether the config knows the model: else its metrics label is
+    /// `other` ([`crate::provider::Provider::metric_model`]).
+    pub known: bool,
+}
+
+impl Served {
+    /// The model's metrics label.
+    pub fn label(&self) -> &str {
+        if self.known { &self.model } else { crate::metrics::OTHER_MODEL }
+    }
 }
 
 impl RequestCtx {
     pub fn set_served(&self, provider: &crate::provider::Provider, model: &str) {
         if let Ok(mut p) = self.served.lock() {
-            let label = provider.metric_model(model).to_string();
-            *p = Some(Served { provider: provider.name.clone(), model: model.to_string(), label });
+            let known = provider.knows_model(model);
+            *p = Some(Served { provider: provider.name.clone(), model: model.to_string(), known });
         }
     }
 
@@ -365,7 +373,7 @@ impl Drop for Done {
         // Unrouted requests are labelled as such: a label per arbitrary
         // client string would grow the series without bound.
         let (p, m, label) = match &served {
-            Some(s) => (s.provider.as_str(), s.model.as_str(), s.label.as_str()),
+            Some(s) => (s.provider.as_str(), s.model.as_str(), s.label()),
             None => ("none", "unrouted", "unrouted"),
         };
         crate::metrics::request_done(p, label, self.status.as_u16(), elapsed);
