@@ -125,7 +125,8 @@ fn init_logs(json: bool, telemetry: &crate::telemetry::TelemetryConfig) -> Resul
     let (writer, lines) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .buffered_lines_limit(8192)
         .thread_name("modelshim-log")
-        .finish(std::io::BufWriter::with_capacity(64 * 1024, std::io::stderr()));
+        // Every known secret is redacted from each line, on the log thread.
+        .finish(crate::redact::Writer(std::io::BufWriter::with_capacity(64 * 1024, std::io::stderr())));
     let fmt = tracing_subscriber::fmt::layer().with_writer(writer).with_ansi(ansi);
     let fmt = if json { fmt.json().with_filter(filter).boxed() } else { fmt.with_filter(filter).boxed() };
     // Spans are exported whatever RUST_LOG says about log lines.

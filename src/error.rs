@@ -35,9 +35,24 @@ impl ErrorObject {
         self
     }
 
-    /// The body `{"error": {...}}`.
+    /// The body `{"error": {...}}`, every known secret redacted.
     pub fn to_body(&self) -> Value {
-        serde_json::json!({ "error": self })
+        let mut v = serde_json::json!({ "error": self });
+        crate::redact::value(&mut v);
+        v
+    }
+
+    /// Redacts every known secret from the message, param, code and what
+    /// else the upstream said.
+    pub fn redact(&mut self) {
+        let r = crate::redact::global();
+        r.string(&mut self.message);
+        for s in [&mut self.param, &mut self.code].into_iter().flatten() {
+            r.string(s);
+        }
+        for v in self.extra.values_mut() {
+            r.value(v);
+        }
     }
 }
 

@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod openai;
 pub mod provider;
 pub mod reasoning;
+pub mod redact;
 pub mod responses;
 pub mod server;
 pub mod skills;

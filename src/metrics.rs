@@ -39,6 +39,10 @@ pub const STATE_ERRORS: &str = "modelshim_state_errors_total";
 /// 1 while the state backend answers, 0 while it is down (degraded).
 pub const STATE_UP: &str = "modelshim_state_backend_up";
 
+/// The `model` label of every model the config and profiles do not know
+/// (`Provider::metric_model`).
+pub const OTHER_MODEL: &str = "other";
+
 static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
 
 /// Installs the recorder once per process (tests start many servers) and

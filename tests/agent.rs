@@ -118,7 +118,8 @@ fn mcp_config() -> String {
 
 #[tokio::test]
 async fn builtin_call_is_run_and_hidden_then_spliced_next_turn() {
-    let s = setup("", "[tools]\nbuiltin = [\"current_time\"]\n", |req| {
+    // `m` is a model the profile knows, so the metrics name it.
+    let s = setup("models = [\"m\"]", "[tools]\nbuiltin = [\"current_time\"]\n", |req| {
         if last_user(req) == "thanks" {
             return say("You're welcome.");
         }

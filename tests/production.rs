@@ -477,8 +477,12 @@ async fn circuit_half_opens_and_closes() {
 async fn proxy_with_provider(name: &str, url: &str) -> Proxy {
     proxy_with("", url, |c| {
         let base_url = Some(format!("{url}/v1"));
-        c.providers
-            .insert(name.into(), ProviderConfig { profile: Some("testvendor".into()), base_url, ..Default::default() });
+        // `mm` is a model the config knows: its own label in the metrics.
+        let models = Some(vec!["mm".to_string()]);
+        c.providers.insert(
+            name.into(),
+            ProviderConfig { profile: Some("testvendor".into()), base_url, models, ..Default::default() },
+        );
     })
     .await
 }
@@ -825,4 +829,270 @@ async fn token_counts_are_kept_whether_an_answer_is_sent_as_is_or_normalized() {
     ] {
         assert!(m.contains(want), "missing {want} in\n{m}");
     }
+}
+
+// ------------------------------------------------------- issue 25: leaks, limits
+
+/// A provider key the upstream echoes back (`Incorrect API key provided:
+/// Bearer …`) reaches neither the client (chat, streamed chat, Responses,
+/// embeddings), nor the log at any level (the WARN of the retry included),
+/// nor the exported spans.
+#[tokio::test]
+async fn an_echoed_provider_key_reaches_no_client_no_log_and_no_trace() {
+    const ECHOED: &str = "prov-key-echoed-0123456789";
+    let upstream = MockServer::start().await;
+    let openai_shape = json!({"error": {"message": format!("Incorrect API key provided: Bearer {ECHOED}"),
+        "type": "invalid_request_error", "code": "invalid_api_key"}});
+    // Overloaded first (retried, logged at WARN), then a 401 in another shape.
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(503).set_body_json(&openai_shape))
+        .up_to_n_times(1)
+        .mount(&upstream)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(401).set_body_json(json!({"code": 401,
+            "message": format!("bad key {ECHOED}"), "data": {"key": ECHOED, ECHOED: true}})))
+        .mount(&upstream)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/embeddings"))
+        .respond_with(ResponseTemplate::new(401).set_body_string(format!("Invalid key {ECHOED}")))
+        .mount(&upstream)
+        .await;
+    let collector = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/traces"))
+        .respond_with(ResponseTemplate::new(200))
+        .mount(&collector)
+        .await;
+    let config = format!(
+        "[upstream]\nretries = 1\nretry_backoff_ms = 10\n\n\
+         [providers.v]\nprofile = \"openai\"\nbase_url = \"{}/v1\"\napi_key_env = \"TEST_ECHOED_KEY\"\n\n\
+         [telemetry]\notlp_endpoint = \"{}\"\n",
+        upstream.uri(),
+        collector.uri()
+    );
+    let mut p = serve_process(&config, &[("TEST_ECHOED_KEY", ECHOED), ("RUST_LOG", "debug")]).await;
+    let ask = json!({"model": "v/m", "messages": [{"role": "user", "content": "hi"}]});
+    let mut streamed = ask.clone();
+    streamed["stream"] = json!(true);
+    let calls = [
+        ("/v1/chat/completions", ask),
+        ("/v1/chat/completions", streamed),
+        ("/v1/responses", json!({"model": "v/m", "input": "hi"})),
+        ("/v1/embeddings", json!({"model": "v/e", "input": "hi"})),
+    ];
+    for (route, body) in calls {
+        let r = p.proxy.http.post(p.proxy.url(route)).json(&body).send().await.unwrap();
+        let status = r.status().as_u16();
+        let text = r.text().await.unwrap();
+        assert_eq!(status, 401, "{route}: {text}");
+        assert!(!text.contains(ECHOED), "{route}: the key reached the client: {text}");
+        assert!(text.contains("[REDACTED]"), "{route}: the upstream's message is kept, redacted: {text}");
+    }
+    // The key really was sent, to its own upstream.
+    let seen = upstream.received_requests().await.unwrap();
+    assert!(seen.iter().all(|r| r.headers["authorization"] == format!("Bearer {ECHOED}").as_str()));
+    assert!(p.terminate().success());
+    let log = p.log();
+    assert!(log.contains("retrying upstream"), "the retry is logged:\n{log}");
+    assert!(!log.contains(ECHOED), "the key is in the log:\n{log}");
+    let spans: Vec<u8> = collector.received_requests().await.unwrap().iter().flat_map(|r| r.body.clone()).collect();
+    let has = |needle: &[u8]| spans.windows(needle.len()).any(|w| w == needle);
+    assert!(has(b"upstream") && has(b"[REDACTED]"), "the upstream spans and their redacted errors are exported");
+    assert!(!has(ECHOED.as_bytes()), "the key is in the exported spans");
+}
+
+/// A raw listener that counts connections and keeps what they send.
+async fn witness() -> (String, Arc<std::sync::Mutex<(usize, Vec<u8>)>>) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", l.local_addr().unwrap());
+    let seen: Arc<std::sync::Mutex<(usize, Vec<u8>)>> = Arc::default();
+    let s = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = l.accept().await {
+            s.lock().unwrap().0 += 1;
+            let s = s.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                while let Ok(n) = tokio::io::AsyncReadExt::read(&mut c, &mut buf).await {
+                    if n == 0 {
+                        break;
+                    }
+                    s.lock().unwrap().1.extend_from_slice(&buf[..n]);
+                }
+            });
+        }
+    });
+    (url, seen)
+}
+
+/// An upstream answering 307 towards another port: the redirect is not
+/// followed (neither by reqwest, embeddings here, nor by the direct chat
+/// client), the client gets a 502 saying so, and the other port sees no
+/// connection, so neither the body nor the key in the profile's own header.
+#[tokio::test]
+async fn a_redirect_to_another_origin_gets_neither_body_nor_key() {
+    let (elsewhere, seen) = witness().await;
+    let upstream = MockServer::start().await;
+    for route in ["/v1/embeddings", "/v1/chat/completions"] {
+        Mock::given(method("POST"))
+            .and(path(route))
+            .respond_with(ResponseTemplate::new(307).insert_header("location", format!("{elsewhere}{route}")))
+            .mount(&upstream)
+            .await;
+    }
+    let profile = "api_key_env = \"HOME\"\nauth_header = \"x-api-key\"\n";
+    let p = proxy_with(profile, &upstream.uri(), |_| {}).await;
+    let embed = json!({"model": "v/e", "input": "the body"});
+    for (route, body) in [("/v1/embeddings", embed), ("/v1/chat/completions", hello())] {
+        let r = p.http.post(p.url(route)).json(&body).send().await.unwrap();
+        let status = r.status().as_u16();
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(status, 502, "{route}: {body}");
+        let msg = body["error"]["message"].as_str().unwrap();
+        assert!(msg.contains("307") && msg.contains("not followed"), "{route}: {msg}");
+    }
+    assert_eq!(seen.lock().unwrap().0, 0, "the other origin was connected to");
+    if let Ok(home) = std::env::var("HOME") {
+        let got = upstream.received_requests().await.unwrap();
+        assert!(got.iter().all(|r| r.headers["x-api-key"] == home.as_str()), "the key went to its own upstream");
+    }
+}
+
+/// `follow_redirects = true`: a redirect within the upstream's origin is
+/// followed (on every route, chat included), one to another origin still is not.
+#[tokio::test]
+async fn follow_redirects_stays_within_the_origin() {
+    let (elsewhere, seen) = witness().await;
+    let upstream = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/embeddings"))
+        .respond_with(ResponseTemplate::new(307).insert_header("location", format!("{}/v2/embeddings", upstream.uri())))
+        .mount(&upstream)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v2/embeddings"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(json!({"object": "list", "data": []})))
+        .mount(&upstream)
+        .await;
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(308).insert_header("location", format!("{elsewhere}/v1/chat/completions")))
+        .mount(&upstream)
+        .await;
+    let p = proxy_with(
+        "follow_redirects = true\nauth_header = \"x-api-key\"\napi_key_env = \"HOME\"\n",
+        &upstream.uri(),
+        |_| {},
+    )
+    .await;
+    let r = p.http.post(p.url("/v1/embeddings")).json(&json!({"model": "v/e", "input": "x"})).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    let (st, _, body) = post(&p, None, &hello()).await;
+    assert_eq!(st, 502, "{body}");
+    assert_eq!(seen.lock().unwrap().0, 0, "the other origin was connected to");
+    let v2 = upstream.received_requests().await.unwrap();
+    let moved = v2.iter().find(|r| r.url.path() == "/v2/embeddings").expect("the same-origin redirect was followed");
+    assert_eq!(serde_json::from_slice::<Value>(&moved.body).unwrap()["input"], "x", "with its body");
+}
+
+/// Models the config does not know share one `other` label.
+#[tokio::test]
+async fn unknown_models_share_one_metrics_series() {
+    let server = ok_upstream().await;
+    let p = proxy_with_provider("cardprov", &server.uri()).await;
+    for i in 0..50 {
+        let (st, _, body) = post(
+            &p,
+            None,
+            &json!({"model": format!("cardprov/made-up-{i}"), "messages": [{"role": "user", "content": "hi"}]}),
+        )
+        .await;
+        assert_eq!(st, 200, "{body}");
+    }
+    assert_eq!(
+        post(&p, None, &json!({"model": "cardprov/mm", "messages": [{"role": "user", "content": "hi"}]})).await.0,
+        200
+    );
+    let m = p.http.get(p.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(!m.contains("made-up-"), "{m}");
+    let series: Vec<&str> = m
+        .lines()
+        .filter(|l| l.starts_with("modelshim_requests_total{") && l.contains("provider=\"cardprov\""))
+        .collect();
+    for want in [
+        "modelshim_requests_total{provider=\"cardprov\",model=\"other\",status=\"200\"} 50",
+        "modelshim_requests_total{provider=\"cardprov\",model=\"mm\",status=\"200\"} 1",
+    ] {
+        assert!(series.contains(&want), "missing {want} in {series:?}");
+    }
+    assert_eq!(series.len(), 2, "{series:?}");
+}
+
+/// A duplicate top-level key is refused before anything reads it, so the
+/// limits and the model allow-list see the value that would be served.
+#[tokio::test]
+async fn duplicate_top_level_keys_are_refused() {
+    let server = ok_upstream().await;
+    let p = proxy_with("", &server.uri(), |c| {
+        c.limits.max_messages = 4096;
+        with_auth(c, &format!("keys = [{{ key = \"{KEY}\", models = [\"v/*\"] }}]"));
+    })
+    .await;
+    let many: Vec<Value> = (0..6500).map(|i| json!({"role": "user", "content": format!("m{i}")})).collect();
+    let many = serde_json::to_string(&many).unwrap();
+    let one = r#"[{"role":"user","content":"hi"}]"#;
+    let bodies = [
+        (format!(r#"{{"model":"v/m","messages":{one},"messages":{many}}}"#), "messages"),
+        (format!(r#"{{"model":"v/m","messages":{many},"messages":{one}}}"#), "messages"),
+        (format!(r#"{{"model":"v/m","model":"w/other","messages":{one}}}"#), "model"),
+        (format!(r#"{{"model":"v/m","messages":{one},"tools":[],"tools":[{{"type":"function"}}]}}"#), "tools"),
+    ];
+    for (body, key) in bodies {
+        let r = p
+            .http
+            .post(p.url("/v1/chat/completions"))
+            .bearer_auth(KEY)
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status().as_u16();
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(
+            (status, v["error"]["code"].as_str(), v["error"]["param"].as_str()),
+            (400, Some("duplicate_key"), Some(key)),
+            "{v}"
+        );
+    }
+    assert!(server.received_requests().await.unwrap().is_empty(), "nothing reached the upstream");
+    // Too many messages under one key is still the limit's 400.
+    let body = format!(r#"{{"model":"v/m","messages":{many}}}"#);
+    let r = p.http.post(p.url("/v1/chat/completions")).bearer_auth(KEY).body(body).send().await.unwrap();
+    assert_eq!(r.status(), 400);
+    assert_eq!(r.json::<Value>().await.unwrap()["error"]["code"], "limit_exceeded");
+}
+
+/// `/v1/models` lists to each key only what it may use.
+#[tokio::test]
+async fn the_model_list_is_what_the_key_may_use() {
+    let server = ok_upstream().await;
+    let p = proxy_with("models = [\"a\", \"b\"]", &server.uri(), |c| {
+        c.models.insert("smart".into(), "v/a".into());
+        with_auth(c, r#"keys = ["sk-sees-every-model", { key = "sk-sees-only-v-a", models = ["v/a"] }]"#);
+    })
+    .await;
+    let ids = |key: &'static str| {
+        let p = &p;
+        async move {
+            let v: Value = p.http.get(p.url("/v1/models")).bearer_auth(key).send().await.unwrap().json().await.unwrap();
+            v["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap().to_string()).collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(ids("sk-sees-every-model").await, ["v/a", "v/b", "smart"]);
+    assert_eq!(ids("sk-sees-only-v-a").await, ["v/a"]);
 }

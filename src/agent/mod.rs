@@ -146,7 +146,7 @@ async fn items(
     // The loop calls its provider directly (not through dispatch), so the
     // request's metrics labels are set here.
     if let Some(c) = crate::server::edge::current() {
-        c.set_served(&route.provider.name, &route.model);
+        c.set_served(&route.provider, &route.model);
     }
     registry.ensure_started().await;
     let catalog = registry.catalog();

@@ -10,25 +10,45 @@ use serde_json::{Map, Value};
 use super::Profile;
 use crate::error::ErrorObject;
 
-/// Why an upstream call failed.
-#[derive(Debug, Clone, thiserror::Error)]
+/// Why an upstream call failed. The upstream's own words (an error body,
+/// the start of a bad answer) may echo a key: both ways out, `Display` (logs,
+/// spans) and [`UpstreamError::to_openai`] (the client), redact every known
+/// secret ([`crate::redact`]).
+#[derive(Debug, Clone)]
 pub enum UpstreamError {
     /// The upstream could not be reached.
-    #[error("upstream connection failed: {0}")]
     Connect(String),
     /// The upstream did not answer in time.
-    #[error("upstream timed out: {0}")]
     Timeout(String),
     /// The upstream answered with an error.
-    #[error("upstream error {status}: {}", .error.message)]
     Status { status: u16, error: Box<ErrorObject> },
     /// The upstream answered something that is not a chat completion.
-    #[error("invalid upstream response: {0}")]
     Protocol(String),
 }
 
+impl std::error::Error for UpstreamError {}
+
+impl std::fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let r = crate::redact::global();
+        match self {
+            UpstreamError::Connect(m) => write!(f, "upstream connection failed: {}", r.text(m)),
+            UpstreamError::Timeout(m) => write!(f, "upstream timed out: {}", r.text(m)),
+            UpstreamError::Status { status, error } => write!(f, "upstream error {status}: {}", r.text(&error.message)),
+            UpstreamError::Protocol(m) => write!(f, "invalid upstream response: {}", r.text(m)),
+        }
+    }
+}
+
 impl UpstreamError {
+    /// The status and error object the client gets, secrets redacted.
     pub fn to_openai(&self) -> (StatusCode, ErrorObject) {
+        let (status, mut e) = self.to_openai_raw();
+        e.redact();
+        (status, e)
+    }
+
+    fn to_openai_raw(&self) -> (StatusCode, ErrorObject) {
         match self {
             UpstreamError::Connect(m) => (
                 StatusCode::BAD_GATEWAY,
@@ -173,5 +193,21 @@ mod tests {
         let e = error_in_success(&mm, &body).map(|e| e.to_openai());
         assert_eq!(e.map(|(s, e)| (s.as_u16(), e.message)), Some((429, "insufficient balance".to_string())));
         assert!(error_in_success(&mm, &serde_json::json!({"choices": [], "base_resp": {"status_code": 0}})).is_none());
+    }
+
+    #[test]
+    fn an_echoed_key_is_redacted_in_the_client_error_and_in_display() {
+        crate::redact::install(vec!["unit-echoed-key-42".into()]);
+        let p = Profile::default();
+        let body =
+            r#"{"message":"Incorrect API key provided: Bearer unit-echoed-key-42","data":{"k":"unit-echoed-key-42"}}"#;
+        let e = map_error(&p, 401, body.as_bytes());
+        assert!(!e.to_string().contains("unit-echoed-key-42"), "{e}");
+        let (_, obj) = e.to_openai();
+        let out = obj.to_body().to_string();
+        assert!(!out.contains("unit-echoed-key-42") && out.contains("Bearer [REDACTED]"), "{out}");
+        let proto = UpstreamError::Protocol("not JSON: unit-echoed-key-42".into());
+        assert!(!format!("{proto}").contains("unit-echoed-key-42"));
+        assert!(!proto.to_openai().1.message.contains("unit-echoed-key-42"));
     }
 }

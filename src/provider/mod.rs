@@ -80,11 +80,26 @@ pub struct Provider {
     no_formats: Arc<FormatSet>,
     /// This provider's circuit breaker.
     pub breaker: resilience::Breaker,
+    /// The upstream model names the config or profile knows (`models`,
+    /// alias targets): the only `model` label values of its metrics.
+    known_models: std::collections::HashSet<String>,
 }
 
 impl Provider {
     pub fn api_key(&self) -> Option<&str> {
         self.api_key.as_deref()
+    }
+
+    /// `model` as a metrics label: itself when the config or profile knows
+    /// it, else `other` (model names come from clients; a label per name
+    /// would grow the series without bound).
+    pub fn metric_model<'a>(&self, model: &'a str) -> &'a str {
+        if self.knows_model(model) { model } else { crate::metrics::OTHER_MODEL }
+    }
+
+    /// Whether the config or profile knows `model` (an upstream model name).
+    pub fn knows_model(&self, model: &str) -> bool {
+        self.known_models.contains(model)
     }
 
     /// The parsed upstream URL of `path` when it is the one kept parsed
@@ -204,6 +219,8 @@ impl Providers {
                 tables.insert(id.clone(), Default::default());
             }
         }
+        let aliases: BTreeMap<String, Vec<String>> =
+            config.models.iter().map(|(a, t)| (a.clone(), t.targets())).collect();
         let mut by_name = BTreeMap::new();
         let mut sets = FormatSets::default();
         for (name, pc) in &tables {
@@ -249,14 +266,29 @@ impl Providers {
             }
             let base_url =
                 pc.base_url.clone().unwrap_or_else(|| profile.base_url.clone()).trim_end_matches('/').to_string();
+            let models = pc.models.clone().unwrap_or_else(|| profile.models.clone());
+            let is_default = config.default_provider.as_deref() == Some(name.as_str());
+            let mut known_models: std::collections::HashSet<String> = models.iter().cloned().collect();
+            for t in aliases.values().flatten() {
+                match t.split_once('/') {
+                    Some((prefix, m)) if prefix == name.as_str() => known_models.insert(m.to_string()),
+                    // A target without a configured prefix goes to the default provider.
+                    _ if is_default && t.split_once('/').is_none_or(|(p, _)| !tables.contains_key(p)) => {
+                        known_models.insert(t.clone())
+                    }
+                    _ => false,
+                };
+            }
             let provider = Provider {
                 name: name.clone(),
                 chat_url: reqwest::Url::parse(&format!("{base_url}/chat/completions")).ok(),
-                direct_chat: direct::direct_uri(&format!("{base_url}/chat/completions")),
+                // hyper's client follows no redirect: a profile that wants them goes through reqwest.
+                direct_chat: direct::direct_uri(&format!("{base_url}/chat/completions"))
+                    .filter(|_| !profile.follow_redirects),
                 base_url,
                 api_key,
                 mode: pc.tool_calls.or(profile.tools.mode).unwrap_or_default(),
-                models: pc.models.clone().unwrap_or_else(|| profile.models.clone()),
+                models,
                 upstream: match &pc.upstream {
                     Some(over) => config
                         .upstream
@@ -269,6 +301,7 @@ impl Providers {
                 prompt_models,
                 no_formats: sets.get(&[], || Ok(FormatSet::none()))?,
                 breaker: resilience::Breaker::default(),
+                known_models,
                 profile,
             };
             by_name.insert(name.clone(), Arc::new(provider));
@@ -278,8 +311,6 @@ impl Providers {
         {
             return Err(ConfigError::Invalid(format!("default_provider {d:?} is not a configured provider")));
         }
-        let aliases: BTreeMap<String, Vec<String>> =
-            config.models.iter().map(|(a, t)| (a.clone(), t.targets())).collect();
         if let Some((a, _)) = aliases.iter().find(|(_, t)| t.is_empty()) {
             return Err(ConfigError::Invalid(format!("[models] {a:?} names no target")));
         }

@@ -29,6 +29,10 @@ pub struct Profile {
     /// Models the vendor offers (listed on `/v1/models`).
     #[serde(default)]
     pub models: Vec<String>,
+    /// Follow the upstream's redirects (same origin only, at most 5). Off:
+    /// a 3xx is an upstream error (502), so no body and no key is sent on.
+    #[serde(default)]
+    pub follow_redirects: bool,
     /// Vendor documentation, for `modelshim providers`.
     #[serde(default)]
     pub docs: Option<String>,

@@ -17,9 +17,10 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use serde_json::Value;
 
 use crate::fixture::{Fixture, RecordedRequest, RecordedResponse, SseEvent};
+use crate::redact::Redactor;
 
 /// What replaces a credential.
-pub const REDACTED: &str = "[REDACTED]";
+pub use crate::redact::REDACTED;
 
 /// Headers that carry credentials whatever their value.
 const AUTH_HEADERS: &[&str] = &["authorization", "proxy-authorization", "api-key", "x-api-key", "cookie"];
@@ -40,9 +41,9 @@ pub struct RecordError {
 #[derive(Debug)]
 pub struct Recorder {
     dir: PathBuf,
-    /// Secret values to redact (at least 4 characters, so redaction cannot
-    /// mangle ordinary text).
-    secrets: Vec<String>,
+    /// Every configured secret: the redactor of the app state, the one the
+    /// other exits (error bodies, logs) use.
+    secrets: Arc<Redactor>,
     /// Extra header names that carry a key (profiles' `auth_header`).
     auth_headers: Vec<String>,
 }
@@ -51,14 +52,10 @@ impl Recorder {
     /// Creates `dir` if needed.
     pub fn new(
         dir: &Path,
-        secrets: impl IntoIterator<Item = String>,
+        secrets: Arc<Redactor>,
         auth_headers: impl IntoIterator<Item = String>,
     ) -> Result<Self, RecordError> {
         std::fs::create_dir_all(dir).map_err(|source| RecordError { dir: dir.into(), source })?;
-        let mut secrets: Vec<String> = secrets.into_iter().filter(|s| s.len() >= 4).collect();
-        // Longest first, so a key containing another key is redacted whole.
-        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
-        secrets.dedup();
         let auth_headers = auth_headers.into_iter().map(|h| h.to_ascii_lowercase()).collect();
         Ok(Recorder { dir: dir.into(), secrets, auth_headers })
     }
@@ -110,16 +107,7 @@ impl Recorder {
 
     /// Replaces every secret in `text`, raw and as escaped in JSON.
     fn redact(&self, text: &str) -> String {
-        let mut out = text.to_string();
-        for s in &self.secrets {
-            out = out.replace(s.as_str(), REDACTED);
-            let escaped = serde_json::to_string(s).unwrap_or_default();
-            let escaped = escaped.trim_matches('"');
-            if escaped != s {
-                out = out.replace(escaped, REDACTED);
-            }
-        }
-        out
+        self.secrets.text(text).into_owned()
     }
 
     /// Writes one fixture; a second recording of the same request gets a
@@ -199,7 +187,8 @@ mod tests {
     #[test]
     fn secrets_are_redacted_raw_and_escaped() {
         let dir = tempfile::tempdir().unwrap();
-        let r = Recorder::new(dir.path(), ["sk-abc\"def".to_string(), "xy".to_string()], []).unwrap();
+        let secrets = Arc::new(Redactor::new(["sk-abc\"def", "xy"]));
+        let r = Recorder::new(dir.path(), secrets, []).unwrap();
         let out = r.redact(r#"{"k": "sk-abc\"def", "short": "xy"}"#);
         assert_eq!(out, r#"{"k": "[REDACTED]", "short": "xy"}"#);
     }

@@ -64,15 +64,36 @@ impl JsonBody {
 type Answer = http::Response<Either<super::direct::Body, reqwest::Body>>;
 
 /// reqwest's client, with one connection pool: a serving thread's own, or
-/// the shared one.
-fn pooled_client(connect_timeout: Duration) -> Result<reqwest::Client, String> {
+/// the shared one. Redirects are not followed (the 3xx is an upstream
+/// error): reqwest would resend the body, and a key in a profile's own
+/// `auth_header`, to wherever the upstream points. With `follow` (a
+/// profile's `follow_redirects`) they are, within the request's origin only.
+fn pooled_client(connect_timeout: Duration, follow: bool) -> Result<reqwest::Client, String> {
+    let redirects = if follow {
+        reqwest::redirect::Policy::custom(|attempt| {
+            let origin = attempt.previous().first();
+            let next = attempt.url();
+            let same = origin.is_some_and(|o| {
+                o.scheme() == next.scheme()
+                    && o.host_str() == next.host_str()
+                    && o.port_or_known_default() == next.port_or_known_default()
+            });
+            if same && attempt.previous().len() <= MAX_REDIRECTS { attempt.follow() } else { attempt.stop() }
+        })
+    } else {
+        reqwest::redirect::Policy::none()
+    };
     reqwest::Client::builder()
         .connect_timeout(connect_timeout)
         .tcp_nodelay(true)
         .pool_idle_timeout(super::direct::IDLE_LIMIT)
+        .redirect(redirects)
         .build()
         .map_err(|e| format!("cannot build HTTP client: {e}"))
 }
+
+/// Same-origin redirects followed in a row with `follow_redirects`.
+const MAX_REDIRECTS: usize = 5;
 
 /// The HTTP clients to every upstream: on a serving thread, its own reqwest
 /// pool (see [`use_thread_clients`]) and its own direct connections
@@ -81,6 +102,8 @@ fn pooled_client(connect_timeout: Duration) -> Result<reqwest::Client, String> {
 #[derive(Clone)]
 pub struct Upstream {
     pooled: reqwest::Client,
+    /// The same, following same-origin redirects (`follow_redirects`).
+    pooled_follow: reqwest::Client,
     connect_timeout: Duration,
     /// Tells this `Upstream`'s per-thread pools from another's.
     id: u64,
@@ -88,12 +111,16 @@ pub struct Upstream {
     recorder: Option<Arc<Recorder>>,
 }
 
+/// A serving thread's reqwest client, by `Upstream::id` and whether it
+/// follows same-origin redirects.
+type ThreadClient = ((u64, bool), reqwest::Client);
+
 thread_local! {
     /// On a serving thread: its own reqwest clients, by `Upstream::id`. A client's
     /// connections are driven by tasks on the runtime that opened them, so a
     /// pool shared between the threads' runtimes would hand a request to
     /// another thread's connection and wake that thread for every read.
-    static THREAD_CLIENTS: std::cell::RefCell<Option<Vec<(u64, reqwest::Client)>>> =
+    static THREAD_CLIENTS: std::cell::RefCell<Option<Vec<ThreadClient>>> =
         const { std::cell::RefCell::new(None) };
 }
 
@@ -131,7 +158,8 @@ impl Upstream {
         static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let id = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(Upstream {
-            pooled: pooled_client(connect_timeout)?,
+            pooled: pooled_client(connect_timeout, false)?,
+            pooled_follow: pooled_client(connect_timeout, true)?,
             connect_timeout,
             id,
             direct: super::direct::Connector::new(connect_timeout),
@@ -140,17 +168,19 @@ impl Upstream {
     }
 
     /// This thread's reqwest client (see [`use_thread_clients`]), else the
-    /// shared one.
-    fn pooled(&self) -> reqwest::Client {
+    /// shared one; `follow` picks the one following same-origin redirects.
+    fn pooled(&self, follow: bool) -> reqwest::Client {
+        let shared = if follow { &self.pooled_follow } else { &self.pooled };
         THREAD_CLIENTS.with(|c| {
             let mut c = c.borrow_mut();
-            let Some(mine) = c.as_mut() else { return self.pooled.clone() };
-            if let Some((_, client)) = mine.iter().find(|(id, _)| *id == self.id) {
+            let Some(mine) = c.as_mut() else { return shared.clone() };
+            let key = (self.id, follow);
+            if let Some((_, client)) = mine.iter().find(|(k, _)| *k == key) {
                 return client.clone();
             }
             // Built like the shared one, which proved the settings valid.
-            let client = pooled_client(self.connect_timeout).unwrap_or_else(|_| self.pooled.clone());
-            mine.push((self.id, client.clone()));
+            let client = pooled_client(self.connect_timeout, follow).unwrap_or_else(|_| shared.clone());
+            mine.push((key, client.clone()));
             client
         })
     }
@@ -195,7 +225,7 @@ impl Upstream {
             *req.headers_mut() = headers;
             return Ok(Outgoing::Direct(url, req));
         }
-        let client = self.pooled();
+        let client = self.pooled(p.profile.follow_redirects);
         let rb = match p.parsed_url(path) {
             Some(url) => client.request(method, url),
             None => client.request(method, format!("{}/{}", p.base_url, path.trim_start_matches('/'))),
@@ -219,6 +249,9 @@ impl Upstream {
             .get(CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
+        if (300..400).contains(&status) {
+            return Err(redirected(p, &resp, rec).await);
+        }
         if status >= 400 {
             let retry_after = super::resilience::retry_after(resp.headers());
             let bytes = read(resp, rec).await?;
@@ -262,6 +295,9 @@ impl Upstream {
         let status = resp.status().as_u16();
         if let Some(r) = rec.as_mut() {
             r.head(status, resp.headers());
+        }
+        if (300..400).contains(&status) {
+            return Err(redirected(p, &resp, rec).await);
         }
         let bytes = read(resp, rec).await?;
         if status >= 400 {
@@ -323,6 +359,23 @@ fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
         src = x.source();
     }
     false
+}
+
+/// A redirect that was not followed (see [`pooled_client`]): a 502 that
+/// says where it pointed.
+async fn redirected(p: &Provider, resp: &Answer, rec: Option<Recording>) -> UpstreamError {
+    let status = resp.status().as_u16();
+    let to = resp.headers().get(http::header::LOCATION).map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    if let Some(r) = rec {
+        r.body(b"");
+    }
+    let to: String = to.map_or_else(|| "nowhere".into(), |t| t.chars().take(200).collect());
+    let why = if p.profile.follow_redirects {
+        "it leaves the upstream's origin, or redirects too often"
+    } else {
+        "redirects are followed only when the profile sets follow_redirects"
+    };
+    UpstreamError::Protocol(format!("{} answered HTTP {status}, a redirect to {to}; not followed: {why}", p.name))
 }
 
 /// Reads a whole body (and records it).

@@ -119,32 +119,7 @@ impl Auth {
     /// `default_concurrency` is `[limits] max_concurrent_per_key`.
     pub fn new(cfg: Option<&AuthConfig>, default_concurrency: Option<u32>) -> Result<Self, String> {
         let Some(cfg) = cfg else { return Ok(Auth::default()) };
-        let mut specs: Vec<KeyConfig> = cfg
-            .keys
-            .iter()
-            .map(|k| match k {
-                KeySpec::Plain(s) => KeyConfig {
-                    key: s.clone(),
-                    name: None,
-                    models: None,
-                    requests_per_minute: None,
-                    max_concurrent: None,
-                },
-                KeySpec::Detailed(c) => c.clone(),
-            })
-            .collect();
-        if let Some(var) = &cfg.keys_env {
-            let v = std::env::var(var).map_err(|_| format!("[auth] keys_env: {var} is not set"))?;
-            for k in v.split(|c: char| c == ',' || c.is_whitespace()).filter(|k| !k.is_empty()) {
-                specs.push(KeyConfig {
-                    key: Secret(k.to_string()),
-                    name: None,
-                    models: None,
-                    requests_per_minute: None,
-                    max_concurrent: None,
-                });
-            }
-        }
+        let specs = specs(cfg)?;
         let mut keys = Vec::new();
         for s in specs {
             if s.key.0.len() < 8 {
@@ -185,6 +160,11 @@ impl Auth {
             return Err(format!("[auth] two keys are named {:?}", k.name));
         }
         Ok(Auth { keys })
+    }
+
+    /// The key of this name (names are unique).
+    pub fn named(&self, name: &str) -> Option<Arc<Key>> {
+        self.keys.iter().find(|k| k.name == name).cloned()
     }
 
     /// Whether keys are enforced.
@@ -233,6 +213,38 @@ impl Key {
     pub fn allows(&self, model: &str) -> bool {
         self.models.as_ref().is_none_or(|g| g.is_match(model))
     }
+}
+
+/// Every configured key with its settings: `keys`, then `keys_env`'s.
+fn specs(cfg: &AuthConfig) -> Result<Vec<KeyConfig>, String> {
+    let mut specs: Vec<KeyConfig> = cfg
+        .keys
+        .iter()
+        .map(|k| match k {
+            KeySpec::Plain(s) => {
+                KeyConfig { key: s.clone(), name: None, models: None, requests_per_minute: None, max_concurrent: None }
+            }
+            KeySpec::Detailed(c) => c.clone(),
+        })
+        .collect();
+    if let Some(var) = &cfg.keys_env {
+        let v = std::env::var(var).map_err(|_| format!("[auth] keys_env: {var} is not set"))?;
+        for k in v.split(|c: char| c == ',' || c.is_whitespace()).filter(|k| !k.is_empty()) {
+            specs.push(KeyConfig {
+                key: Secret(k.to_string()),
+                name: None,
+                models: None,
+                requests_per_minute: None,
+                max_concurrent: None,
+            });
+        }
+    }
+    Ok(specs)
+}
+
+/// Every proxy key as configured (for the redactor; [`Auth`] keeps digests only).
+pub fn raw_keys(cfg: Option<&AuthConfig>) -> Vec<String> {
+    cfg.and_then(|c| specs(c).ok()).unwrap_or_default().into_iter().map(|k| k.key.0).collect()
 }
 
 /// `Bearer TOKEN` → TOKEN (scheme case-insensitive, as RFC 6750 allows).

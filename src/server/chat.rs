@@ -157,12 +157,17 @@ async fn start(s: &Shared, req: ChatRequest, as_is: bool) -> Result<Started, Api
     match reply {
         Reply::Json(body) => {
             if as_is && let Some(t) = norm.whole_as_is(body.bytes()) {
-                crate::metrics::tokens(&provider.name, &route.model, t.prompt_tokens, t.completion_tokens);
+                crate::metrics::tokens(
+                    &provider.name,
+                    provider.metric_model(&route.model),
+                    t.prompt_tokens,
+                    t.completion_tokens,
+                );
                 return Ok(Started::AsIs(body));
             }
             let completion: Completion = body.parse("a chat completion")?;
             if let Some(u) = completion.usage.as_ref().filter(|u| u.is_object()) {
-                crate::metrics::usage(&provider.name, &route.model, u);
+                crate::metrics::usage(&provider.name, provider.metric_model(&route.model), u);
             }
             let mut chunks = Vec::new();
             norm.push(completion_to_chunk(completion), &mut chunks);

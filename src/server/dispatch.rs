@@ -60,7 +60,7 @@ async fn attempt(
 ) -> Result<Sent, UpstreamError> {
     let p = &route.provider;
     if let Some(c) = ctx {
-        c.set_served(&p.name, &route.model);
+        c.set_served(p, &route.model);
     }
     // Before the rewrites: prompt mode turns tool-call turns into text.
     let owner = ctx.and_then(|c| c.key.as_deref());
@@ -73,7 +73,8 @@ async fn attempt(
     // open stream's connection buffer, of which one page is used (1.4 MiB
     // more per 1,000 open streams; bench/README.md).
     let reply = Box::pin(resilience::post(&s.upstream, p, "chat/completions", &req)).await?;
-    Ok(Sent { route: route.clone(), plan, reply: measured(reply, ctx.cloned(), &p.name, &route.model), conversation })
+    let reply = measured(reply, ctx.cloned(), &p.name, p.metric_model(&route.model));
+    Ok(Sent { route: route.clone(), plan, reply, conversation })
 }
 
 /// Records time to first token now, and a stream's token usage when it goes by.

@@ -28,7 +28,7 @@ use tracing::Instrument;
 
 use super::Shared;
 use super::auth::{Auth, AuthError};
-use super::limits::{LimitsConfig, Peek};
+use super::limits::{LimitsConfig, Peek, PeekError};
 use crate::error::ErrorObject;
 
 /// Edge settings and shutdown handles, built once.
@@ -60,17 +60,36 @@ pub struct RequestCtx {
     /// auth is off).
     pub key: Option<String>,
     /// Provider and upstream model that served it (the last tried).
-    served: Mutex<Option<(String, String)>>,
+    served: Mutex<Option<Served>>,
+}
+
+/// Who served a request.
+#[derive(Debug, Clone)]
+pub struct Served {
+    pub provider: String,
+    /// The upstream model name (in the access log).
+    pub model: String,
+    /// Whether the config knows the model: else its metrics label is
+    /// `other` ([`crate::provider::Provider::metric_model`]).
+    pub known: bool,
+}
+
+impl Served {
+    /// The model's metrics label.
+    pub fn label(&self) -> &str {
+        if self.known { &self.model } else { crate::metrics::OTHER_MODEL }
+    }
 }
 
 impl RequestCtx {
-    pub fn set_served(&self, provider: &str, model: &str) {
+    pub fn set_served(&self, provider: &crate::provider::Provider, model: &str) {
         if let Ok(mut p) = self.served.lock() {
-            *p = Some((provider.to_string(), model.to_string()));
+            let known = provider.knows_model(model);
+            *p = Some(Served { provider: provider.name.clone(), model: model.to_string(), known });
         }
     }
 
-    pub fn served(&self) -> Option<(String, String)> {
+    pub fn served(&self) -> Option<Served> {
         self.served.lock().ok().and_then(|p| p.clone())
     }
 }
@@ -252,7 +271,23 @@ where
             }
         };
         if parts.uri.path().starts_with("/v1/") {
-            let peek = Peek::of(&bytes);
+            let peek = match Peek::of(&bytes) {
+                Ok(p) => Some(p),
+                Err(PeekError::Duplicate(mut k)) => {
+                    crate::metrics::refused("duplicate_key");
+                    if let Some((cut, _)) = k.char_indices().nth(64) {
+                        k.truncate(cut);
+                    }
+                    let mut e = ErrorObject::new(
+                        "invalid_request_error",
+                        format!("The body has the key `{k}` twice; every top-level key must appear once."),
+                    )
+                    .with_code("duplicate_key");
+                    e.param = Some(k);
+                    return (StatusCode::BAD_REQUEST, axum::Json(e.to_body())).into_response();
+                }
+                Err(PeekError::Unreadable) => None,
+            };
             if let Some(p) = &peek {
                 if let Some((param, msg)) = p.over(&edge.limits) {
                     crate::metrics::refused("shape_limit");
@@ -337,11 +372,11 @@ impl Drop for Done {
         let served = self.ctx.served();
         // Unrouted requests are labelled as such: a label per arbitrary
         // client string would grow the series without bound.
-        let (p, m) = match &served {
-            Some((p, m)) => (p.as_str(), m.as_str()),
-            None => ("none", "unrouted"),
+        let (p, m, label) = match &served {
+            Some(s) => (s.provider.as_str(), s.model.as_str(), s.label()),
+            None => ("none", "unrouted", "unrouted"),
         };
-        crate::metrics::request_done(p, m, self.status.as_u16(), elapsed);
+        crate::metrics::request_done(p, label, self.status.as_u16(), elapsed);
         crate::metrics::in_flight(-1.0);
         // Written when the body ends, outside the request's span: the id is
         // a field of its own so the access line can be joined to the rest.

@@ -59,14 +59,84 @@ impl Default for LimitsConfig {
 
 /// The fields of a chat request the edge checks, read without building the
 /// request (sizes only; the handler does the real parse and its 400s).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default)]
 pub struct Peek {
-    #[serde(default)]
     pub model: Option<String>,
-    #[serde(default)]
     messages: Option<Counted>,
-    #[serde(default)]
     tools: Option<Counted>,
+}
+
+/// Why a body has no [`Peek`].
+#[derive(Debug, PartialEq)]
+pub enum PeekError {
+    /// A top-level key appears twice. Parsers disagree on which one wins
+    /// (the pre-scan read the first, the handler's parse the last), so the
+    /// limits and the model allow-list could be checked on another value
+    /// than the one served: refused with a 400.
+    Duplicate(String),
+    /// Not a JSON object with a string `model` (the handler reports that precisely).
+    Unreadable,
+}
+
+/// A top-level key, borrowed from the body when it has no escapes.
+struct Key<'de>(std::borrow::Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v.to_string())))
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// The top-level object: the three fields read, every key checked for a
+/// repeat (a duplicate is reported as `Err` inside, so serde's own error
+/// cannot be confused with it).
+struct Scan(Result<Peek, String>);
+
+impl<'de> Deserialize<'de> for Scan {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Scan;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Scan, A::Error> {
+                let mut seen: std::collections::HashSet<std::borrow::Cow<'de, str>, foldhash::fast::RandomState> =
+                    Default::default();
+                let mut peek = Peek::default();
+                while let Some(Key(k)) = map.next_key::<Key<'de>>()? {
+                    match k.as_ref() {
+                        "model" => peek.model = map.next_value()?,
+                        "messages" => peek.messages = map.next_value()?,
+                        "tools" => peek.tools = map.next_value()?,
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                    if !seen.insert(k.clone()) {
+                        // Read to the end only so the object closes.
+                        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+                        return Ok(Scan(Err(k.into_owned())));
+                    }
+                }
+                Ok(Scan(Ok(peek)))
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 /// A JSON array's length (anything else counts 0, left to the handler).
@@ -119,10 +189,13 @@ impl<'de> Deserialize<'de> for Counted {
 }
 
 impl Peek {
-    /// Reads the body; `None` when it is not a JSON object with a string
-    /// `model` (the handler reports that precisely).
-    pub fn of(body: &[u8]) -> Option<Peek> {
-        serde_json::from_slice(body).ok()
+    /// Reads the body.
+    pub fn of(body: &[u8]) -> Result<Peek, PeekError> {
+        let mut de = serde_json::Deserializer::from_slice(body);
+        let scan = Scan::deserialize(&mut de).map_err(|_| PeekError::Unreadable)?;
+        let peek = scan.0.map_err(PeekError::Duplicate)?;
+        de.end().map_err(|_| PeekError::Unreadable)?;
+        Ok(peek)
     }
 
     /// The first limit the request exceeds, as (param, message).
@@ -152,9 +225,21 @@ mod tests {
         let l = LimitsConfig { max_tools: 2, ..Default::default() };
         assert_eq!(p.over(&l).unwrap().0, "tools");
         assert!(p.over(&LimitsConfig::default()).is_none());
-        assert!(Peek::of(b"[1]").is_none());
-        assert!(Peek::of(br#"{"model": 3}"#).is_none());
+        assert_eq!(Peek::of(b"[1]").unwrap_err(), PeekError::Unreadable);
+        assert_eq!(Peek::of(br#"{"model": 3}"#).unwrap_err(), PeekError::Unreadable);
         let odd = Peek::of(br#"{"model":"m","messages":"x","tools":null}"#).unwrap();
         assert!(odd.over(&LimitsConfig { max_messages: 0, max_tools: 0, ..Default::default() }).is_none());
+    }
+
+    #[test]
+    fn duplicate_top_level_keys_are_refused_whichever_key() {
+        let dup = |b: &str| Peek::of(b.as_bytes()).unwrap_err();
+        assert_eq!(dup(r#"{"model":"m","messages":[],"messages":[{},{}]}"#), PeekError::Duplicate("messages".into()));
+        assert_eq!(dup(r#"{"model":"a","model":"b"}"#), PeekError::Duplicate("model".into()));
+        // Escapes are decoded before keys are compared.
+        assert_eq!(dup(r#"{"model":"m","tools":[],"tool\u0073":[1]}"#), PeekError::Duplicate("tools".into()));
+        assert_eq!(dup(r#"{"model":"m","x":1,"x":2}"#), PeekError::Duplicate("x".into()));
+        // Nested objects may repeat keys; only the top level is checked.
+        assert!(Peek::of(br#"{"model":"m","metadata":{"a":1,"a":2}}"#).is_ok());
     }
 }

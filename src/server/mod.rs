@@ -43,6 +43,9 @@ pub struct AppState {
     pub tools: Option<Arc<crate::tools::Registry>>,
     /// Auth, limits and shutdown handles of the edge middleware.
     pub edge: edge::Edge,
+    /// Every provider key and proxy key of this state (also added to the
+    /// process-wide redactor every exit uses, [`crate::redact`]).
+    pub redactor: Arc<crate::redact::Redactor>,
     ready: AtomicBool,
 }
 
@@ -65,10 +68,14 @@ impl AppState {
         let providers = Providers::resolve(config, profiles)?;
         let mut upstream = Upstream::new(Duration::from_secs_f64(config.upstream.connect_timeout_secs))
             .map_err(ConfigError::Invalid)?;
+        // Every provider key and proxy key, redacted wherever text leaves
+        // the process (crate::redact).
+        let mut secrets: Vec<String> = providers.iter().filter_map(|p| p.api_key().map(str::to_string)).collect();
+        secrets.extend(auth::raw_keys(config.auth.as_ref()));
+        let redactor = crate::redact::install(secrets);
         if let Some(dir) = record {
-            let secrets = providers.iter().filter_map(|p| p.api_key().map(str::to_string));
             let headers = providers.iter().filter_map(|p| p.profile.auth_header.clone());
-            let recorder = Recorder::new(dir, secrets.collect::<Vec<_>>(), headers.collect::<Vec<_>>())
+            let recorder = Recorder::new(dir, redactor.clone(), headers.collect::<Vec<_>>())
                 .map_err(|e| ConfigError::Invalid(e.to_string()))?;
             upstream = upstream.with_recorder(recorder);
         }
@@ -93,6 +100,7 @@ impl AppState {
             state_ttl: config.state.ttl(),
             tools,
             edge: edge::Edge::new(auth, config.limits.clone()),
+            redactor,
             ready: AtomicBool::new(true),
         }))
     }
