@@ -203,7 +203,13 @@ async fn serve(
     let names: Vec<String> = state.providers.iter().map(|p| p.name.clone()).collect();
     tracing::info!(providers = %names.join(","), auth = state.edge.auth.enabled(), state = state.store.kind(), threads = listeners.len(), "modelshim listening on http://{local}/v1");
     let grace = std::time::Duration::from_secs_f64(config.limits.shutdown_grace_secs.max(0.0));
-    crate::server::shutdown::serve_threads(listeners, state, shutdown_signal(), grace).await?;
+    let tools = state.tools.clone();
+    let served = crate::server::shutdown::serve_threads(listeners, state, shutdown_signal(), grace).await;
+    // No child process outlives the proxy (stdio MCP servers and theirs).
+    if let Some(tools) = tools {
+        tools.shutdown().await;
+    }
+    served?;
     Ok(())
 }
 
@@ -293,7 +299,9 @@ async fn check(flag: Option<PathBuf>) -> Result<()> {
     let state = AppState::new(&config, &profiles)?;
     let mut warnings = 0;
     for p in state.providers.iter() {
-        let key = match (&p.profile.api_key_env, p.api_key()) {
+        // The provider's own `api_key_env` overrides its profile's.
+        let var = config.providers.get(&p.name).and_then(|pc| pc.api_key_env.clone());
+        let key = match (var.or_else(|| p.profile.api_key_env.clone()), p.api_key()) {
             (Some(var), None) => {
                 warnings += 1;
                 format!("key: {var} not set")
@@ -307,18 +315,41 @@ async fn check(flag: Option<PathBuf>) -> Result<()> {
         Some(skills) => check_skills(&skills.current()),
         None => 0,
     };
-    let mcp_failed = match &state.tools {
-        Some(tools) => crate::tools::check(tools).await,
-        None => 0,
+    let (mcp_failed, unbound) = match &state.tools {
+        Some(tools) => (crate::tools::check(tools).await, check_skill_tools(tools)),
+        None => (0, 0),
     };
     if mcp_failed > 0 {
         bail!("{mcp_failed} MCP server(s) could not start or list their tools");
+    }
+    if unbound > 0 {
+        bail!("{unbound} skill tool binding(s) name a tool that does not exist (see above)");
     }
     if skills_invalid > 0 {
         bail!("{skills_invalid} skill(s) are invalid (see above; `modelshim skills` lists them all)");
     }
     println!("{} providers, {} profiles, {warnings} warnings", state.providers.iter().count(), profiles.len());
     Ok(())
+}
+
+/// Checks that every tool a `[tools.skill.NAME]` binds exists (after the
+/// MCP servers listed theirs); prints a line per missing one, returns how many.
+fn check_skill_tools(reg: &crate::tools::Registry) -> usize {
+    let catalog = reg.catalog();
+    let mut missing = 0;
+    for (name, s) in &reg.config.skill {
+        let route = s.route.iter().flat_map(|r| r.cases.values().flatten().chain(r.default.iter().flatten()));
+        let mut bound: Vec<&String> = s.tools.iter().chain(route).collect();
+        bound.sort();
+        bound.dedup();
+        for t in bound.into_iter().filter(|t| catalog.get(t).is_none()) {
+            missing += 1;
+            let known: Vec<&str> =
+                catalog.entries().map(|e| e.spec.name.as_str()).filter(|n| *n != name.as_str()).collect();
+            println!("FAIL skill tool {name:<15} binds `{t}`, which is not a tool (known: {})", known.join(", "));
+        }
+    }
+    missing
 }
 
 /// Prints a line per skill folder for `check`; returns how many are invalid.

@@ -9,6 +9,9 @@ use clap::Parser;
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> anyhow::Result<()> {
+    // First, while this is the only thread: capabilities are per thread and
+    // every later thread and child inherits these.
+    keep_secrets_from_children();
     no_huge_pages();
     prompt_purge();
     // Requests are served by the serving threads' own runtimes
@@ -16,6 +19,96 @@ fn main() -> anyhow::Result<()> {
     // background tasks (MCP clients, Redis, the skills watcher, the demo).
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
     runtime.block_on(modelshim::cli::run(modelshim::cli::Cli::parse()))
+}
+
+/// Provider and proxy keys are in this process's environment and memory;
+/// skill scripts and stdio MCP servers run as the same user and must not
+/// read them (their own environment is scrubbed: `skills/script.rs`,
+/// `tools/mcp.rs`). The kernel lets a process read another's
+/// `/proc/PID/environ` and `/proc/PID/mem` (and ptrace it) when it has the
+/// same uid and the target is dumpable, or when it holds CAP_SYS_PTRACE,
+/// CAP_SYS_ADMIN or CAP_PERFMON (so a child of a root proxy reads it
+/// whatever `dumpable` says). So:
+/// - the process is made non-dumpable (also: no core dumps with keys in them);
+/// - those capabilities, and the ones that reach all memory another way
+///   (CAP_SYS_RAWIO: /dev/mem, /proc/kcore; CAP_SYS_MODULE; CAP_BPF), are
+///   removed from the bounding, inheritable and ambient sets, so no program
+///   started from here, root or not, can hold them.
+///
+/// What is left: a child running as root keeps root's other powers
+/// (e.g. writing this binary or the config); run the proxy as an
+/// unprivileged user where that matters. Not possible elsewhere than Linux.
+fn keep_secrets_from_children() {
+    #[cfg(target_os = "linux")]
+    {
+        if let Err(e) = nix::sys::prctl::set_dumpable(false) {
+            eprintln!("modelshim: cannot make the process non-dumpable ({e}); child processes may read its keys");
+        }
+        if let Err(e) = drop_capabilities(&MEMORY_CAPS) {
+            eprintln!("modelshim: {e}; child processes running as root may read this process's keys");
+        }
+    }
+}
+
+/// CAP_SYS_MODULE, CAP_SYS_RAWIO, CAP_SYS_PTRACE, CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF.
+#[cfg(target_os = "linux")]
+const MEMORY_CAPS: [u32; 6] = [16, 17, 19, 21, 38, 39];
+
+/// Removes `caps` from the inheritable, ambient and bounding sets of this
+/// thread (threads and children created later inherit them). Dropping from
+/// the bounding set needs CAP_SETPCAP: without it (not root), there is
+/// nothing to drop unless the sets were set up so, which is reported.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn drop_capabilities(caps: &[u32]) -> Result<(), String> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const V3: u32 = 0x2008_0522;
+    let mut header = Header { version: V3, pid: 0 };
+    let mut data = [Data::default(); 2];
+    // SAFETY: capget/capset with a v3 header and the two data words v3 uses.
+    let got = unsafe { libc::syscall(libc::SYS_capget, &mut header as *mut Header, data.as_mut_ptr()) };
+    if got != 0 {
+        return Err(format!("cannot read the capabilities: {}", std::io::Error::last_os_error()));
+    }
+    let inheritable = |d: &[Data; 2]| caps.iter().any(|&c| d[(c / 32) as usize].inheritable & (1 << (c % 32)) != 0);
+    if inheritable(&data) {
+        for &c in caps {
+            data[(c / 32) as usize].inheritable &= !(1 << (c % 32));
+        }
+        // SAFETY: as above; lowering the inheritable set is always allowed.
+        let set = unsafe { libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) };
+        if set != 0 {
+            return Err(format!("cannot lower the inheritable capabilities: {}", std::io::Error::last_os_error()));
+        }
+    }
+    // SAFETY: prctl with integer arguments only.
+    unsafe { libc::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) };
+    for &c in caps {
+        // SAFETY: prctl with integer arguments only.
+        let bounded = unsafe { libc::prctl(libc::PR_CAPBSET_READ, libc::c_ulong::from(c), 0, 0, 0) };
+        // SAFETY: prctl with integer arguments only.
+        if bounded == 1 && unsafe { libc::prctl(libc::PR_CAPBSET_DROP, libc::c_ulong::from(c), 0, 0, 0) } != 0 {
+            let e = std::io::Error::last_os_error();
+            // Not root and not given CAP_SETPCAP: children only get such a
+            // capability from a file that has it, which is the admin's choice.
+            // SAFETY: geteuid has no arguments and cannot fail.
+            if unsafe { libc::geteuid() } == 0 {
+                return Err(format!("cannot drop capability {c} from the bounding set: {e}"));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// mimalloc maps its memory in 2 MiB-aligned arenas; where transparent huge

@@ -757,3 +757,126 @@ async fn a_restarted_streamable_http_server_gets_a_new_session() {
     // Before, the call waited out its timeout and its result said so.
     assert_eq!(body["choices"][0]["message"]["content"], "Echo: after", "{body}");
 }
+
+/// Whether a process runs (a zombie waiting to be reaped does not).
+#[cfg(target_os = "linux")]
+fn alive(pid: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{}/stat", pid.trim()))
+        .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
+}
+
+/// Whether a process that was sent SIGKILL still runs two seconds on.
+#[cfg(target_os = "linux")]
+fn still_running(pid: &str) -> bool {
+    let start = Instant::now();
+    while alive(pid) {
+        if start.elapsed() > Duration::from_secs(2) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// A stdio MCP server of the real binary sees none of the proxy's keys —
+/// not in its environment, not through `/proc/$PPID/environ` (the proxy is
+/// non-dumpable and its children cannot hold the capabilities that bypass
+/// that, even as root) — and it and what it started end with the proxy.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn mcp_servers_get_no_keys_and_end_with_the_proxy() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = |n: &str| dir.path().join(n).display().to_string();
+    let sh = format!(
+        "env > {env}; cat /proc/$PPID/environ > {environ} 2>&1; sleep 300 & echo $! > {bg}; echo $$ > {pid}; exec node {script}",
+        env = f("env"),
+        environ = f("environ"),
+        bg = f("bg"),
+        pid = f("pid"),
+        script = mcp_everything::script().display()
+    );
+    let config = format!(
+        "[providers.v]\nprofile = \"vllm\"\nbase_url = \"http://127.0.0.1:9/v1\"\n\
+         [mcp.servers.everything]\ncommand = \"sh\"\nargs = [\"-c\", {sh:?}]\nenv = {{ GIVEN = \"by-config\" }}\n"
+    );
+    let secrets = [("FAKE_PROVIDER_API_KEY", "sk-fake-provider-secret"), ("MODELSHIM_KEYS", "msk-fake-proxy-key")];
+    let mut p = serve_process(&config, &secrets).await;
+    let read = |n: &str| std::fs::read_to_string(dir.path().join(n)).unwrap_or_default();
+    let t = Instant::now();
+    while read("pid").trim().is_empty() {
+        assert!(t.elapsed() < Duration::from_secs(30), "the MCP server did not start: {}", p.log());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (env, environ) = (read("env"), read("environ"));
+    assert!(env.contains("PATH=") && env.contains("GIVEN=by-config"), "{env}");
+    for (name, value) in secrets {
+        assert!(!env.contains(name) && !env.contains(value), "{name} in the server's environment:\n{env}");
+        assert!(!environ.contains(value), "{name} read from /proc/$PPID/environ:\n{environ}");
+    }
+    assert!(environ.contains("Permission denied"), "{environ}");
+    let (pid, bg) = (read("pid"), read("bg"));
+    assert!(alive(&pid) && alive(&bg));
+    assert!(p.terminate().success(), "{}", p.log());
+    assert!(!still_running(&pid), "the MCP server outlived the proxy");
+    assert!(!still_running(&bg), "a process the MCP server started outlived the proxy");
+}
+
+/// With `HTTP_PROXY` in the proxy's environment, `http_fetch` still connects
+/// only to the address it checked, never handing the host name to that
+/// proxy (which would resolve it again).
+#[tokio::test]
+async fn http_fetch_ignores_proxies_from_the_environment() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // The page, on loopback (allowed by allow_private), and a "proxy" that counts connections.
+    let target = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let target_port = target.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = target.accept().await {
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let _ = c.read(&mut buf).await;
+                let _ = c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\nconnection: close\r\n\r\nHELLO").await;
+            });
+        }
+    });
+    let proxy = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy_url = format!("http://{}", proxy.local_addr().unwrap());
+    let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut c, _)) = proxy.accept().await {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let _ = c.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 7\r\n\r\nPROXIED").await;
+        }
+    });
+    let upstream = MockServer::start().await;
+    let log: Log = Arc::default();
+    let url = format!("http://localhost:{target_port}/page");
+    let brain = move |req: &Value| match tool_results(req).first() {
+        None => calls("", &[("call_f", "http_fetch", json!({"url": url.clone()}))]),
+        Some(r) => say(r),
+    };
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(Script { brain: Arc::new(brain), log: log.clone() })
+        .mount(&upstream)
+        .await;
+    let config = format!(
+        "[providers.v]\nprofile = \"vllm\"\nbase_url = \"{}/v1\"\n\
+         [tools]\nbuiltin = [\"http_fetch\"]\n[tools.http_fetch]\nallow_private = true\n",
+        upstream.uri()
+    );
+    // The upstream (127.0.0.1) is exempt; the fetched host name is not.
+    let env = [
+        ("HTTP_PROXY", proxy_url.as_str()),
+        ("http_proxy", proxy_url.as_str()),
+        ("ALL_PROXY", proxy_url.as_str()),
+        ("NO_PROXY", "127.0.0.1"),
+    ];
+    let p = serve_process(&config, &env).await;
+    let (st, body) = p.proxy.chat(ask("fetch it")).await;
+    assert_eq!(st, 200, "{body}\n{}", p.log());
+    let text = body["choices"][0]["message"]["content"].as_str().unwrap_or_default();
+    assert!(text.contains("HELLO") && !text.contains("PROXIED"), "{text}");
+    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 0, "http_fetch went through the proxy");
+}

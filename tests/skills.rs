@@ -312,17 +312,22 @@ async fn bad_skills_are_reported_and_the_good_ones_served() {
     let status = |n: &str| set.reports().iter().find(|r| r.name == n).unwrap().clone();
     use modelshim::skills::Status;
     assert!(matches!(status("broken").status, Status::Invalid(why) if why.contains("not valid YAML")));
-    assert!(matches!(status("Bad_Name").status, Status::Invalid(why) if why.contains("lowercase")));
+    // Off the spec but usable: loaded under its name, with a warning.
+    assert_eq!(status("Bad_Name").status, Status::Ok);
+    assert!(status("Bad_Name").warnings[0].contains("lowercase"), "{:?}", status("Bad_Name").warnings);
     assert_eq!(status("long").status, Status::Ok);
     assert!(status("long").warnings[0].contains("truncated to 1024"));
     assert_eq!(set.get("long").unwrap().description.len(), 1024);
-    assert_eq!(set.len(), 2);
+    assert_eq!(set.len(), 3);
 
     let s = setup(&dirs.skills_toml(""), |_| say("hi")).await;
     let (st, _) = s.proxy.chat(ask("hello")).await;
     assert_eq!(st, 200, "bad skills never stop the server");
     let sys = system(&s.requests()[0]);
-    assert!(sys.contains("<name>good</name>") && !sys.contains("broken") && !sys.contains("Bad_Name"), "{sys}");
+    assert!(
+        sys.contains("<name>good</name>") && sys.contains("<name>Bad_Name</name>") && !sys.contains("broken"),
+        "{sys}"
+    );
 }
 
 /// Runs the binary with a config file and HOME in a temp dir.
@@ -369,8 +374,8 @@ fn skills_command_lists_them_and_check_fails_on_invalid_ones() {
     assert!(text.contains("truncated to 1024"), "{text}");
     let (ok, text) = run_bin(&["check"], "", h);
     assert!(!ok, "{text}");
-    assert!(text.contains("FAIL skill Bad_Name") && text.contains("FAIL skill broken"), "{text}");
-    assert!(text.contains("2 skill(s) are invalid"), "{text}");
+    assert!(text.contains("warn skill Bad_Name") && text.contains("FAIL skill broken"), "{text}");
+    assert!(text.contains("1 skill(s) are invalid"), "{text}");
     let (ok, text) = run_bin(&["check"], "[skills]\nenabled = false\n", h);
     assert!(ok, "skills off: {text}");
 }
@@ -495,4 +500,215 @@ async fn the_demo_model_reads_a_bundled_skill_and_answers() {
     let view = assemble(&events);
     assert!(view["content"].as_str().unwrap().contains("Start with defaults"), "{view}");
     assert_eq!(view["calls"], json!([]));
+}
+
+/// Real public skills (tests/skills_real/NOTICE.md says whose and under which
+/// license) load as their collections wrote them, and their files are served.
+#[tokio::test]
+async fn real_public_skills_load_and_serve_their_files() {
+    let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/skills_real");
+    let cfg = modelshim::skills::SkillsConfig {
+        dirs: vec![real.display().to_string()],
+        auto_reload: false,
+        ..Default::default()
+    };
+    let set = modelshim::skills::Skills::load(&cfg).current();
+    assert_eq!(set.invalid(), 0, "{:?}", set.reports());
+    let names: Vec<&str> = set.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["internal-comms", "vercel-composition-patterns", "web-design-guidelines"]);
+    let vercel = set.reports().iter().find(|r| r.name == "vercel-composition-patterns").unwrap();
+    assert!(vercel.warnings.iter().any(|w| w.contains("differs from its folder")), "{:?}", vercel.warnings);
+    assert!(set.get("vercel-composition-patterns").unwrap().description.starts_with("React composition patterns"));
+
+    let config = format!("[skills]\ndirs = [{:?}]\n", real.display().to_string());
+    let s = setup(&config, |req| match tool_results(req).len() {
+        0 => calls(&[
+            ("c1", "read_skill", json!({"skill_name": "vercel-composition-patterns"})),
+            ("c2", "read_skill_file", json!({"skill_name": "internal-comms", "path": "examples/general-comms.md"})),
+        ]),
+        _ => say(&tool_results(req).join("\n=====\n")),
+    })
+    .await;
+    let (st, body) = s.proxy.chat(ask("refactor my props")).await;
+    assert_eq!(st, 200, "{body}");
+    let text = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.contains("# React Composition Patterns"), "{text}");
+    assert!(text.contains("doesn't fit into the standard formats"), "{text}");
+    assert!(system(&s.requests()[0]).contains("<name>internal-comms</name>"));
+}
+
+/// `allowed-tools: current_time, http_fetch` (a comma list, as most real
+/// skills write it) gates and unlocks those tools; a Title-Case name that
+/// differs from its folder is loaded and read under that name.
+#[tokio::test]
+async fn comma_lists_and_title_case_names_work_as_written() {
+    let dirs = Dirs::new();
+    write(
+        dirs.project.path(),
+        "clock/SKILL.md",
+        &skill_md("Clock Helper", "Tells the time.", "allowed-tools: current_time, http_fetch\n", CLOCK_BODY),
+    );
+    let config = format!("[tools]\nbuiltin = [\"current_time\", \"http_fetch\"]\n{}", dirs.skills_toml(""));
+    let s = setup(&config, |req| {
+        let results = tool_results(req);
+        match results.len() {
+            0 => calls(&[("call_r1", "read_skill", json!({"skill_name": "Clock Helper"}))]),
+            1 => calls(&[("call_t1", "current_time", json!({}))]),
+            _ => say(&format!("It is {}", results[1].contains("datetime"))),
+        }
+    })
+    .await;
+    let (st, body) = s.proxy.chat(ask("time?")).await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["choices"][0]["message"]["content"], "It is true");
+    let reqs = s.requests();
+    assert_eq!(offered(&reqs[0]), ["read_skill", "read_skill_file"], "both tools wait for the skill");
+    assert!(tool_results(&reqs[1])[0].contains(CLOCK_BODY), "{:?}", tool_results(&reqs[1]));
+    assert_eq!(offered(&reqs[1]), ["current_time", "http_fetch", "read_skill", "read_skill_file"]);
+}
+
+/// A SKILL.md linked from one configured collection into another is served
+/// with the linked skill's own files; one linked out of every skills folder
+/// is refused, its target never served.
+#[cfg(unix)]
+#[tokio::test]
+async fn linked_skill_md_files_are_confined() {
+    let dirs = Dirs::new();
+    let outside = tempfile::tempdir().unwrap();
+    write(dirs.user.path(), "pdf/SKILL.md", &skill_md("pdf", "PDF forms.", "", "PDF BODY"));
+    write(dirs.user.path(), "pdf/references/forms.md", "FORMS GUIDE");
+    std::fs::create_dir_all(dirs.project.path().join("pdf-tools")).unwrap();
+    std::os::unix::fs::symlink(dirs.user.path().join("pdf/SKILL.md"), dirs.project.path().join("pdf-tools/SKILL.md"))
+        .unwrap();
+    write(outside.path(), "SKILL.md", &skill_md("stolen", "OUTSIDE DESCRIPTION", "", "OUTSIDE BODY"));
+    std::fs::create_dir_all(dirs.project.path().join("stolen")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("SKILL.md"), dirs.project.path().join("stolen/SKILL.md")).unwrap();
+    std::fs::create_dir_all(dirs.project.path().join("gone")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("nothing"), dirs.project.path().join("gone/SKILL.md")).unwrap();
+
+    let cfg: Config = toml::from_str(&dirs.skills_toml("auto_reload = false")).unwrap();
+    let set = modelshim::skills::Skills::load(cfg.skills.as_ref().unwrap()).current();
+    use modelshim::skills::Status;
+    let status = |n: &str| set.reports().iter().find(|r| r.path.ends_with(n)).unwrap().status.clone();
+    assert!(matches!(status("stolen"), Status::Invalid(w) if w.contains("outside its folder")));
+    assert!(matches!(status("gone"), Status::Invalid(w) if w.contains("dangling")));
+
+    let s = setup(&dirs.skills_toml(""), |req| match tool_results(req).len() {
+        0 => calls(&[
+            ("c1", "read_skill_file", json!({"skill_name": "pdf", "path": "references/forms.md"})),
+            ("c2", "read_skill", json!({"skill_name": "stolen"})),
+        ]),
+        _ => say(&tool_results(req).join("\n")),
+    })
+    .await;
+    let (st, body) = s.proxy.chat(ask("fill the form")).await;
+    assert_eq!(st, 200, "{body}");
+    let text = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.starts_with("FORMS GUIDE\nError:"), "{text}");
+    let sys = system(&s.requests()[0]);
+    assert!(!sys.contains("OUTSIDE") && !text.contains("OUTSIDE"), "{sys}\n{text}");
+}
+
+/// 320 skills: the section stays within `catalog_max_chars`, the model gets
+/// `search_skills`, finds a skill by the words of its description, and every
+/// skill stays readable with `read_skill`.
+#[tokio::test]
+async fn a_large_catalog_stays_within_budget_and_every_skill_is_readable() {
+    let dirs = Dirs::new();
+    for i in 0..320 {
+        let name = format!("skill-{i:03}");
+        let desc = format!(
+            "Handles the {} workflow number {i}: drafting, reviewing and publishing its documents. Use when the user \
+             mentions topic{i} or asks about the {} pipeline.",
+            ["billing", "search", "deploy", "audit"][i % 4],
+            ["alpha", "beta", "gamma"][i % 3]
+        );
+        write(dirs.project.path(), &format!("{name}/SKILL.md"), &skill_md(&name, &desc, "", &format!("BODY {i}")));
+    }
+    let s = setup(&dirs.skills_toml("catalog_max_chars = 6000"), |req| match tool_results(req).len() {
+        0 => calls(&[("c1", "search_skills", json!({"query": "topic217 workflow"}))]),
+        1 => calls(&[("c2", "read_skill", json!({"skill_name": "skill-217"}))]),
+        _ => say(&tool_results(req).join("\n=====\n")),
+    })
+    .await;
+    let (st, body) = s.proxy.chat(ask("topic217 please")).await;
+    assert_eq!(st, 200, "{body}");
+    let reqs = s.requests();
+    let sys = system(&reqs[0]);
+    assert!(sys.chars().count() <= 6000, "{} chars", sys.chars().count());
+    assert!(sys.contains("search_skills"), "{sys}");
+    assert_eq!(offered(&reqs[0]), ["read_skill", "read_skill_file", "search_skills"]);
+    let text = body["choices"][0]["message"]["content"].as_str().unwrap();
+    let (found, read) = text.split_once("\n=====\n").unwrap();
+    assert!(found.starts_with("<skills>\n<skill><name>skill-217</name>"), "{found}");
+    assert!(found.contains("mentions topic217"), "the whole description: {found}");
+    assert!(read.contains("BODY 217"), "{read}");
+
+    // Every skill, listed by name or not, is readable.
+    let cfg: Config = toml::from_str(&dirs.skills_toml("auto_reload = false")).unwrap();
+    let skills = modelshim::skills::Skills::load(cfg.skills.as_ref().unwrap());
+    let read_skill = modelshim::skills::tools::ReadSkill {
+        skills: skills.clone(),
+        names: Vec::new(),
+        script_tools: Default::default(),
+    };
+    use modelshim::tools::Tool;
+    for i in 0..320 {
+        let out = read_skill.call(json!({"skill_name": format!("skill-{i:03}")})).await.unwrap();
+        assert!(!out.is_error && out.model_text(false).contains(&format!("BODY {i}\n")), "skill-{i:03}");
+    }
+}
+
+#[test]
+fn check_fails_on_a_skill_tool_bound_to_no_tool_and_names_the_providers_key_variable() {
+    let home = tempfile::tempdir().unwrap();
+    let config = "api_key_env = \"MY_TEAM_VLLM_KEY\"\n\
+                  [tools]\nbuiltin = [\"current_time\"]\n\
+                  [tools.skill.brief]\ndescription = \"d\"\ntools = [\"current_time\", \"no_such_tool\"]\n";
+    let (ok, text) = run_bin(&["check"], config, home.path());
+    assert!(!ok, "{text}");
+    assert!(text.contains("binds `no_such_tool`, which is not a tool"), "{text}");
+    assert!(!text.contains("binds `current_time`"), "{text}");
+    assert!(text.contains("key: MY_TEAM_VLLM_KEY not set"), "{text}");
+}
+
+/// A skill script of the real binary sees none of the proxy's keys: not in
+/// its environment, not through `/proc/$PPID/environ`.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn scripts_cannot_read_the_proxys_keys() {
+    let dirs = Dirs::new();
+    write(dirs.project.path(), "peek/SKILL.md", &skill_md("peek", "Peeks.", "", "Call peek__look."));
+    write(
+        dirs.project.path(),
+        "peek/scripts/look.sh",
+        "cat /proc/$PPID/environ 2>&1 | tr '\\0' '\\n'; echo ---; env; echo ---; cat /proc/$PPID/cmdline | tr '\\0' ' '",
+    );
+    let upstream = MockServer::start().await;
+    let log: Log = Arc::default();
+    let brain = |req: &Value| match tool_results(req).len() {
+        0 => calls(&[("c1", "read_skill", json!({"skill_name": "peek"}))]),
+        1 => calls(&[("c2", "peek__look", json!({}))]),
+        _ => say(&tool_results(req)[1]),
+    };
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(Script { brain: Arc::new(brain), log: log.clone() })
+        .mount(&upstream)
+        .await;
+    let config = format!(
+        "[providers.v]\nprofile = \"vllm\"\nbase_url = \"{}/v1\"\n{}",
+        upstream.uri(),
+        dirs.skills_toml("allow_scripts = true\nmax_output_bytes = 200000")
+    );
+    let secrets = [("FAKE_PROVIDER_API_KEY", "sk-fake-provider-secret"), ("MODELSHIM_KEYS", "msk-fake-proxy-key")];
+    let p = serve_process(&config, &secrets).await;
+    let (st, body) = p.proxy.chat(ask("peek")).await;
+    assert_eq!(st, 200, "{body}");
+    let text = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.contains("modelshim serve"), "the script's parent is the proxy: {text}");
+    assert!(text.contains("Permission denied"), "{text}");
+    for (name, value) in secrets {
+        assert!(!text.contains(name) && !text.contains(value), "{name} reached the script:\n{text}");
+    }
 }

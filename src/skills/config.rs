@@ -36,6 +36,12 @@ pub struct SkillsConfig {
     /// skills. Default: [`crate::skills::prompt::DEFAULT_TEMPLATE`].
     #[serde(default)]
     pub prompt_template: Option<String>,
+    /// Characters the skills section may take in the system message (it is
+    /// sent with every upstream call). Beyond it descriptions are
+    /// shortened, then only names are listed, and the model gets a
+    /// `search_skills` tool. Default 16,000 (Claude Code's fallback budget).
+    #[serde(default = "d_catalog_max")]
+    pub catalog_max_chars: usize,
 }
 
 impl Default for SkillsConfig {
@@ -49,6 +55,7 @@ impl Default for SkillsConfig {
             max_file_bytes: d_max_file(),
             max_output_bytes: d_max_output(),
             prompt_template: None,
+            catalog_max_chars: d_catalog_max(),
         }
     }
 }
@@ -126,6 +133,9 @@ fn d_script_timeout() -> f64 {
 }
 fn d_max_file() -> u64 {
     256 * 1024
+}
+fn d_catalog_max() -> usize {
+    16_000
 }
 fn d_max_output() -> usize {
     64 * 1024

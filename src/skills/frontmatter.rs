@@ -1,9 +1,11 @@
 //! SKILL.md: the YAML frontmatter between `---` lines and the Markdown body,
 //! validated per the Agent Skills specification. Leniency follows the spec's
-//! client guide: what a client can work around (an over-long description,
+//! client guide: what a client can work around (a name that breaks the
+//! spec's rules or differs from its folder, an over-long description,
 //! unknown fields, an unquoted `: ` in a value, non-string metadata) is a
 //! warning; what leaves the skill unusable (no frontmatter, YAML that does not
-//! parse, a missing or malformed name, a missing description) is an error.
+//! parse, a missing name or one that cannot be a tool argument, a missing
+//! description) is an error.
 
 use std::collections::BTreeMap;
 
@@ -30,8 +32,6 @@ pub enum FrontmatterError {
     NotText { field: &'static str, found: &'static str },
     #[error("invalid name {name:?}: {why}")]
     BadName { name: String, why: &'static str },
-    #[error("the name {name:?} differs from its folder name {folder:?}")]
-    NameMismatch { name: String, folder: String },
 }
 
 /// The frontmatter fields.
@@ -43,7 +43,8 @@ pub struct Frontmatter {
     pub compatibility: Option<String>,
     /// Client-specific extras, values as text.
     pub metadata: BTreeMap<String, String>,
-    /// Tools the skill uses (`allowed-tools`, a space-separated string or a list).
+    /// Tools the skill uses (`allowed-tools`: a string separated by spaces
+    /// or commas, or a list).
     pub allowed_tools: Vec<String>,
 }
 
@@ -80,9 +81,14 @@ pub fn parse(text: &str, folder: &str) -> Result<Parsed, FrontmatterError> {
         warnings.push(format!("unknown frontmatter field `{k}` (ignored)"));
     }
     let name = text_field(&map, "name")?.ok_or(FrontmatterError::Required("name"))?;
-    check_name(&name)?;
+    usable_name(&name)?;
+    // Real collections have Title-Case names and names that differ from
+    // their folder; the client guide says load them under the name given.
+    if let Err(e) = check_name(&name) {
+        warnings.push(format!("{e} (loaded under this name)"));
+    }
     if name != folder {
-        return Err(FrontmatterError::NameMismatch { name, folder: folder.to_string() });
+        warnings.push(format!("the name {name:?} differs from its folder name {folder:?} (loaded as {name:?})"));
     }
     let mut description = text_field(&map, "description")?.ok_or(FrontmatterError::Required("description"))?;
     if description.chars().count() > MAX_DESCRIPTION {
@@ -115,10 +121,10 @@ pub fn parse(text: &str, folder: &str) -> Result<Parsed, FrontmatterError> {
     };
     let allowed_tools = match map.get("allowed-tools") {
         None | Some(Value::Null) => Vec::new(),
-        Some(Value::String(s)) => s.split_whitespace().map(str::to_string).collect(),
-        Some(Value::Array(a)) => a.iter().map(scalar_text).filter(|s| !s.is_empty()).collect(),
+        Some(Value::String(s)) => tool_list(s),
+        Some(Value::Array(a)) => a.iter().flat_map(|v| tool_list(&scalar_text(v))).collect(),
         Some(_) => {
-            warnings.push("`allowed-tools` must be a space-separated string or a list (ignored)".into());
+            warnings.push("`allowed-tools` must be a string or a list (ignored)".into());
             Vec::new()
         }
     };
@@ -130,6 +136,44 @@ pub fn parse(text: &str, folder: &str) -> Result<Parsed, FrontmatterError> {
 /// in a description or a tool list stay text.
 fn yaml_value(yaml: &str) -> Result<Value, serde_saphyr::Error> {
     serde_saphyr::from_str_with_options(yaml, serde_saphyr::options! { strict_booleans: true })
+}
+
+/// `Read, Write Edit` or `Bash(git add:*) Read`: names separated by commas
+/// or whitespace outside parentheses (Claude Code's patterns keep theirs).
+fn tool_list(s: &str) -> Vec<String> {
+    let (mut out, mut cur, mut depth) = (Vec::new(), String::new(), 0usize);
+    for c in s.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        if depth == 0 && (c == ',' || c.is_whitespace()) {
+            if !cur.is_empty() {
+                out.push(std::mem::take(&mut cur));
+            }
+        } else {
+            cur.push(c);
+        }
+    }
+    if !cur.is_empty() {
+        out.push(cur);
+    }
+    out
+}
+
+/// What a name needs to be usable at all: the model passes it back as
+/// `read_skill`'s `skill_name`, which refuses paths, and it is listed in
+/// the system message.
+fn usable_name(name: &str) -> Result<(), FrontmatterError> {
+    let bad = |why| Err(FrontmatterError::BadName { name: name.to_string(), why });
+    if name.contains(['/', '\\']) || name.contains("..") {
+        return bad("a skill name cannot contain `/`, `\\` or `..`");
+    }
+    if name.chars().any(char::is_control) {
+        return bad("a skill name cannot contain control characters");
+    }
+    Ok(())
 }
 
 /// Checks a skill name against the specification: 1–64 characters,
@@ -253,10 +297,32 @@ mod tests {
         for bad in ["", "A", "a_b", "-a", "a-", "a--b", "a b", "é", &"a".repeat(65)] {
             assert!(check_name(bad).is_err(), "{bad}");
         }
-        let e = parse(&md("name: Bad_Name\ndescription: d\n", ""), "Bad_Name").unwrap_err();
-        assert!(e.to_string().contains("lowercase"), "{e}");
-        let e = parse(&md("name: other\ndescription: d\n", ""), "folder").unwrap_err();
-        assert_eq!(e, FrontmatterError::NameMismatch { name: "other".into(), folder: "folder".into() });
+    }
+
+    #[test]
+    fn names_off_the_spec_load_with_a_warning_unusable_ones_do_not() {
+        let p = parse(&md("name: Systematic Debugging\ndescription: d\n", ""), "systematic-debugging").unwrap();
+        assert_eq!(p.meta.name, "Systematic Debugging");
+        assert!(p.warnings.iter().any(|w| w.contains("lowercase")), "{:?}", p.warnings);
+        assert!(p.warnings.iter().any(|w| w.contains("differs from its folder")), "{:?}", p.warnings);
+        let p = parse(&md("name: react-best-practices\ndescription: d\n", ""), "react").unwrap();
+        assert_eq!((p.meta.name.as_str(), p.warnings.len()), ("react-best-practices", 1), "{:?}", p.warnings);
+        for bad in ["../x", "a/b", "a\\\\b"] {
+            let e = parse(&md(&format!("name: \"{bad}\"\ndescription: d\n"), ""), "x").unwrap_err();
+            assert!(matches!(e, FrontmatterError::BadName { .. }), "{bad}: {e}");
+        }
+        assert_eq!(parse(&md("name: a\n", ""), "a").unwrap_err(), FrontmatterError::Required("description"));
+    }
+
+    #[test]
+    fn allowed_tools_split_on_commas_and_spaces_keeping_patterns() {
+        let tools = |v: &str| {
+            parse(&md(&format!("name: a\ndescription: d\nallowed-tools: {v}\n"), ""), "a").unwrap().meta.allowed_tools
+        };
+        assert_eq!(tools("Read, Write, Edit"), ["Read", "Write", "Edit"]);
+        assert_eq!(tools("current_time,srv__echo"), ["current_time", "srv__echo"]);
+        assert_eq!(tools("\"Bash(git add:*), Read\""), ["Bash(git add:*)", "Read"]);
+        assert_eq!(tools("[\"Read, Write\", Grep]"), ["Read", "Write", "Grep"]);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use serde_json::Value;
 
 use super::SkillSet;
-use super::tools::{READ_SKILL, READ_SKILL_FILE};
+use super::tools::{READ_SKILL, READ_SKILL_FILE, SEARCH_SKILLS};
 use crate::openai::Message;
 
 /// Which tools wait for which skills.
@@ -27,7 +27,7 @@ impl Locks {
         for s in set.iter() {
             let own = scripts.get(&s.name).into_iter().flatten();
             for t in s.allowed_tools.iter().chain(own) {
-                if t != READ_SKILL && t != READ_SKILL_FILE {
+                if ![READ_SKILL, READ_SKILL_FILE, SEARCH_SKILLS].contains(&t.as_str()) {
                     by_tool.entry(t.clone()).or_default().push(s.name.clone());
                 }
             }

@@ -43,9 +43,10 @@ pub struct Skill {
     pub compatibility: Option<String>,
     pub metadata: BTreeMap<String, String>,
     pub allowed_tools: Vec<String>,
-    /// The skill's folder (canonical).
+    /// The skill's folder (canonical): where its SKILL.md is, which for a
+    /// SKILL.md linked from another skills folder is the link's target's.
     pub dir: PathBuf,
-    /// Its SKILL.md.
+    /// Its SKILL.md (canonical).
     pub file: PathBuf,
     pub scope: Scope,
     /// The Markdown body, read at load so one version is served whole.
@@ -69,7 +70,7 @@ pub enum Status {
 /// One skill folder as `modelshim skills` lists it.
 #[derive(Debug, Clone)]
 pub struct Report {
-    /// The folder name (the skill's name when valid).
+    /// The skill's name when valid, else the folder name.
     pub name: String,
     pub scope: Scope,
     pub path: PathBuf,
@@ -90,9 +91,11 @@ impl SkillSet {
     /// Scans `dirs` in order; never fails (problems are in the reports).
     pub fn scan(dirs: &[SkillDir], config: &SkillsConfig, generation: u64) -> SkillSet {
         let mut set = SkillSet { generation, ..SkillSet::default() };
+        // A SKILL.md may be a link into another skill folder under any of these.
+        let roots: Vec<PathBuf> = dirs.iter().filter_map(|d| d.path.canonicalize().ok()).collect();
         for d in dirs {
             for folder in skill_folders(&d.path) {
-                let (report, skill) = load(&folder, d.scope, config);
+                let (report, skill) = load(&folder, d.scope, config, &roots);
                 if let Some(skill) = skill {
                     for r in set.reports.iter_mut().filter(|r| r.name == skill.name && r.status == Status::Ok) {
                         r.status = Status::Overridden(folder.clone());
@@ -133,7 +136,8 @@ impl SkillSet {
     }
 }
 
-/// The folders under a skills directory that hold a SKILL.md (or skill.md),
+/// The folders under a skills directory that have a SKILL.md (or
+/// skill.md) entry of any kind — a dangling link too, so it is reported —
 /// sorted by name. A missing directory has none.
 fn skill_folders(dir: &Path) -> Vec<PathBuf> {
     let Ok(read) = std::fs::read_dir(dir) else { return Vec::new() };
@@ -152,13 +156,81 @@ fn skipped(name: &str) -> bool {
     name.starts_with('.') || SKIP.contains(&name)
 }
 
-/// A folder's SKILL.md, else its skill.md.
+const SKILL_FILES: [&str; 2] = ["SKILL.md", "skill.md"];
+
+/// A folder's SKILL.md entry, else its skill.md (not followed if a link).
 fn skill_md(folder: &Path) -> Option<PathBuf> {
-    ["SKILL.md", "skill.md"].iter().map(|n| folder.join(n)).find(|p| p.is_file())
+    SKILL_FILES.iter().map(|n| folder.join(n)).find(|p| std::fs::symlink_metadata(p).is_ok())
+}
+
+/// The skill's folder and its SKILL.md, both canonical. SKILL.md is
+/// confined like every other file of the skill: it is in its folder, or it
+/// is a link to a file named SKILL.md under one of the configured skills
+/// folders (`roots`) — a linked collection — whose folder then is the
+/// skill's folder (supporting files are listed and read from there). A
+/// link anywhere else, and a dangling link, are refused with the reason.
+fn resolve(entry: &Path, own: &Path, roots: &[PathBuf]) -> Result<(PathBuf, PathBuf), String> {
+    let name = entry.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let is_link = std::fs::symlink_metadata(entry).is_ok_and(|m| m.file_type().is_symlink());
+    let real = match entry.canonicalize() {
+        Ok(r) => r,
+        Err(_) if is_link => {
+            let to = std::fs::read_link(entry).map(|t| t.display().to_string()).unwrap_or_default();
+            return Err(format!("{name} is a dangling link (to {to})"));
+        }
+        Err(e) => return Err(format!("cannot read {name}: {e}")),
+    };
+    if real.starts_with(own) {
+        return Ok((own.to_path_buf(), real));
+    }
+    let named = real.file_name().is_some_and(|n| SKILL_FILES.iter().any(|s| n == *s));
+    if let Some(folder) = real.parent()
+        && named
+        && roots.iter().any(|r| folder.starts_with(r) && folder != r)
+    {
+        return Ok((folder.to_path_buf(), real));
+    }
+    Err(format!(
+        "{name} is a link to {}, outside its folder and not the SKILL.md of a skill under a configured skills folder",
+        real.display()
+    ))
+}
+
+/// Why a capped read failed.
+#[derive(Debug)]
+pub enum ReadError {
+    NotAFile,
+    /// More than the cap was there.
+    TooLarge,
+    Io(std::io::Error),
+}
+
+/// Reads a regular file, at most `max` bytes: the cap is on what is read,
+/// not on `stat` (a file in /proc says size 0 and can go on for gigabytes).
+/// Opened non-blocking, so a FIFO swapped in after the check cannot hang.
+pub fn read_capped(path: &Path, max: u64) -> Result<Vec<u8>, ReadError> {
+    use std::io::Read;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut opts, libc::O_NONBLOCK);
+    if !std::fs::metadata(path).map_err(ReadError::Io)?.is_file() {
+        return Err(ReadError::NotAFile);
+    }
+    let file = opts.open(path).map_err(ReadError::Io)?;
+    if !file.metadata().map_err(ReadError::Io)?.is_file() {
+        return Err(ReadError::NotAFile);
+    }
+    let mut buf = Vec::new();
+    file.take(max.saturating_add(1)).read_to_end(&mut buf).map_err(ReadError::Io)?;
+    if buf.len() as u64 > max {
+        return Err(ReadError::TooLarge);
+    }
+    Ok(buf)
 }
 
 /// Loads one skill folder.
-fn load(folder: &Path, scope: Scope, config: &SkillsConfig) -> (Report, Option<Skill>) {
+fn load(folder: &Path, scope: Scope, config: &SkillsConfig, roots: &[PathBuf]) -> (Report, Option<Skill>) {
     let folder_name = folder.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let mut report = Report {
         name: folder_name.clone(),
@@ -171,30 +243,37 @@ fn load(folder: &Path, scope: Scope, config: &SkillsConfig) -> (Report, Option<S
         r.status = Status::Invalid(why);
         (r, None)
     };
-    let (Some(file), Ok(dir)) = (skill_md(folder), folder.canonicalize()) else {
+    let (Some(entry), Ok(own)) = (skill_md(folder), folder.canonicalize()) else {
         return invalid(report, "the folder cannot be read".into());
     };
-    match std::fs::metadata(&file) {
-        Ok(m) if m.len() > config.max_file_bytes => {
-            return invalid(report, format!("SKILL.md is larger than {} bytes", config.max_file_bytes));
-        }
-        Ok(_) => {}
-        Err(e) => return invalid(report, format!("cannot read SKILL.md: {e}")),
-    }
-    let text = match std::fs::read_to_string(&file) {
-        Ok(t) => t,
-        Err(e) => return invalid(report, format!("cannot read SKILL.md: {e}")),
+    let (dir, file) = match resolve(&entry, &own, roots) {
+        Ok(x) => x,
+        Err(why) => return invalid(report, why),
+    };
+    let max = config.max_file_bytes;
+    let text = match read_capped(&file, max) {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(t) => t,
+            Err(_) => return invalid(report, "SKILL.md is not UTF-8 text".into()),
+        },
+        Err(ReadError::TooLarge) => return invalid(report, format!("SKILL.md is larger than {max} bytes")),
+        Err(ReadError::NotAFile) => return invalid(report, "SKILL.md is not a regular file".into()),
+        Err(ReadError::Io(e)) => return invalid(report, format!("cannot read SKILL.md: {e}")),
     };
     let parsed = match frontmatter::parse(&text, &folder_name) {
         Ok(p) => p,
         Err(e) => return invalid(report, e.to_string()),
     };
     report.warnings = parsed.warnings;
+    if dir != own {
+        report.warnings.push(format!("SKILL.md links to {}; its files are read from there", dir.display()));
+    }
     let m = parsed.meta;
-    let file_name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    report.name = m.name.clone();
+    let own_rel = file.strip_prefix(&dir).map(|r| r.to_string_lossy().replace('\\', "/")).unwrap_or_default();
     let mut files = Vec::new();
     list_files(&dir, &dir, 0, &mut files);
-    files.retain(|f| *f != file_name);
+    files.retain(|f| *f != own_rel);
     let scripts = if config.allow_scripts { scripts(&dir) } else { Vec::new() };
     let skill = Skill {
         name: m.name,
@@ -203,7 +282,7 @@ fn load(folder: &Path, scope: Scope, config: &SkillsConfig) -> (Report, Option<S
         compatibility: m.compatibility,
         metadata: m.metadata,
         allowed_tools: m.allowed_tools,
-        file: dir.join(&file_name),
+        file,
         dir,
         scope,
         body: parsed.body,
@@ -346,7 +425,7 @@ mod tests {
         write(user.path(), "b/references/x.md", "x");
         write(user.path(), "b/.hidden", "x");
         write(project.path(), "a/SKILL.md", "---\nname: a\ndescription: project a\n---\n");
-        write(project.path(), "bad/SKILL.md", "---\nname: Bad\ndescription: d\n---\n");
+        write(project.path(), "bad/SKILL.md", "---\nname: [Bad\ndescription: d\n---\n");
         write(project.path(), "notes/README.md", "not a skill");
         let dirs = [
             SkillDir { path: user.path().into(), scope: Scope::User },
@@ -363,8 +442,80 @@ mod tests {
         let st: Vec<(&str, &Status)> = set.reports().iter().map(|r| (r.name.as_str(), &r.status)).collect();
         assert!(matches!(st[0], ("a", Status::Overridden(_))), "{st:?}");
         assert!(matches!(st[2], ("a", Status::Ok)), "{st:?}");
-        assert!(matches!(st[3], ("bad", Status::Invalid(why)) if why.contains("lowercase")), "{st:?}");
+        assert!(matches!(st[3], ("bad", Status::Invalid(why)) if why.contains("not valid YAML")), "{st:?}");
         assert_eq!(set.invalid(), 1);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_skill_md_linked_out_of_its_folder_is_refused_and_a_dangling_one_reported() {
+        use std::os::unix::fs::symlink;
+        let root = tempfile::tempdir().unwrap();
+        let skills = root.path().join("skills");
+        write(root.path(), "secret.md", "---\nname: evil\ndescription: SECRET\n---\nSECRET");
+        write(root.path(), "elsewhere/x/SKILL.md", "---\nname: far\ndescription: far\n---\n");
+        write(root.path(), "elsewhere/x/private.txt", "PRIVATE");
+        for (folder, target) in [
+            ("evil", root.path().join("secret.md")),
+            ("far", root.path().join("elsewhere/x/SKILL.md")),
+            ("pagemap", "/proc/self/pagemap".into()),
+            ("gone", root.path().join("missing/SKILL.md")),
+        ] {
+            std::fs::create_dir_all(skills.join(folder)).unwrap();
+            symlink(target, skills.join(folder).join("SKILL.md")).unwrap();
+        }
+        let dirs = [SkillDir { path: skills.clone(), scope: Scope::Project }];
+        let set = SkillSet::scan(&dirs, &SkillsConfig::default(), 1);
+        assert!(set.is_empty(), "{:?}", set.iter().map(|s| &s.name).collect::<Vec<_>>());
+        let why = |n: &str| match &set.reports().iter().find(|r| r.name == n).unwrap().status {
+            Status::Invalid(w) => w.clone(),
+            other => panic!("{n}: {other:?}"),
+        };
+        for n in ["evil", "far", "pagemap"] {
+            assert!(why(n).contains("outside its folder"), "{n}: {}", why(n));
+        }
+        assert!(why("gone").contains("dangling link"), "{}", why("gone"));
+        assert_eq!(set.invalid(), 4);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_skill_md_linked_into_another_skills_folder_uses_the_linked_folders_files() {
+        let a = tempfile::tempdir().unwrap();
+        let b = tempfile::tempdir().unwrap();
+        write(b.path(), "pdf/SKILL.md", "---\nname: pdf\ndescription: PDFs\n---\nPDF BODY");
+        write(b.path(), "pdf/references/forms.md", "FORMS");
+        write(a.path(), "pdf/notes.md", "not the skill's");
+        std::os::unix::fs::symlink(b.path().join("pdf/SKILL.md"), a.path().join("pdf/SKILL.md")).unwrap();
+        // The linked collection first, so the link's skill is the one kept.
+        let dirs = [
+            SkillDir { path: b.path().into(), scope: Scope::User },
+            SkillDir { path: a.path().into(), scope: Scope::Project },
+        ];
+        let set = SkillSet::scan(&dirs, &SkillsConfig::default(), 1);
+        let s = set.get("pdf").unwrap();
+        assert_eq!(s.scope, Scope::Project);
+        assert_eq!(s.dir, b.path().join("pdf").canonicalize().unwrap());
+        assert_eq!(s.body, "PDF BODY");
+        assert_eq!(s.files, ["references/forms.md"]);
+        assert!(set.reports()[1].warnings.iter().any(|w| w.contains("links to")), "{:?}", set.reports());
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn reads_are_capped_on_what_is_read_not_on_stat() {
+        // Both say size 0; status has ~1.5 KB, pagemap gigabytes (read in 8-byte entries only).
+        assert_eq!(std::fs::metadata("/proc/self/status").unwrap().len(), 0);
+        assert!(matches!(read_capped(Path::new("/proc/self/status"), 100), Err(ReadError::TooLarge)));
+        assert!(read_capped(Path::new("/proc/self/status"), 100_000).is_ok());
+        assert!(read_capped(Path::new("/proc/self/pagemap"), 4096).is_err());
+        let d = tempfile::tempdir().unwrap();
+        write(d.path(), "f", "12345");
+        assert_eq!(read_capped(&d.path().join("f"), 5).unwrap(), b"12345");
+        assert!(matches!(read_capped(&d.path().join("f"), 4), Err(ReadError::TooLarge)));
+        let fifo = d.path().join("fifo");
+        assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+        assert!(matches!(read_capped(&fifo, 10), Err(ReadError::NotAFile)));
     }
 
     #[test]

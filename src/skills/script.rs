@@ -3,8 +3,9 @@
 //! happens in the skill's folder with a scrubbed environment (a fixed `PATH`
 //! only), the arguments as JSON on standard input, and a time limit; its
 //! standard output (capped) is the result, a non-zero exit an error result
-//! with the end of standard error. The process is killed when the call is
-//! dropped (timeout or client gone).
+//! with the end of standard error. The script leads its own process group,
+//! and the whole group is killed when the script exits, times out or the
+//! call is dropped (client gone): nothing it started outlives the call.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -99,7 +100,10 @@ impl ScriptTool {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        #[cfg(unix)]
+        cmd.process_group(0);
         let mut child = cmd.spawn().map_err(|e| ToolError::Failed(format!("cannot start the script: {e}")))?;
+        let group = Group(child.id());
         let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
         let input = args.to_string();
         let write = async move {
@@ -108,8 +112,15 @@ impl ScriptTool {
                 let _ = s.write_all(input.as_bytes()).await;
             }
         };
+        // Once the script exits, what it left running goes too (and lets go
+        // of the pipes, so the reads end).
+        let waited = async {
+            let status = child.wait().await;
+            group.kill();
+            status
+        };
         let (_, (out, cut), (err, _), status) =
-            tokio::join!(write, capped(stdout, self.max_output), capped(stderr, 64 * 1024), child.wait());
+            tokio::join!(write, capped(stdout, self.max_output), capped(stderr, 64 * 1024), waited);
         let status = status.map_err(|e| ToolError::Failed(format!("the script failed: {e}")))?;
         let mut text = String::from_utf8_lossy(&out).into_owned();
         if cut {
@@ -123,6 +134,25 @@ impl ScriptTool {
         let tail: String = err.chars().skip(n.saturating_sub(STDERR_TAIL)).collect();
         let code = status.code().map_or("a signal".to_string(), |c| format!("status {c}"));
         Ok(ToolOutput::error(format!("the script exited with {code}: {}", tail.trim())))
+    }
+}
+
+/// A child's process group (its id), killed when dropped.
+pub(crate) struct Group(pub(crate) Option<u32>);
+
+impl Group {
+    /// SIGKILL to the whole group; a group that is gone already is fine.
+    pub(crate) fn kill(&self) {
+        #[cfg(target_os = "linux")]
+        if let Some(pid) = self.0.and_then(|p| i32::try_from(p).ok()) {
+            let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
 
@@ -185,7 +215,57 @@ mod tests {
         assert!(out.is_error && out.model_text(false).contains("did not finish"));
         assert!(start.elapsed() < Duration::from_secs(5));
 
+        let t = tool(d.path(), "env.sh", "env", 5000);
+        let t = ScriptTool { max_output: 4096, ..t };
+        let env = t.call(json!({})).await.unwrap().model_text(false);
+        let names: Vec<&str> = env.lines().filter_map(|l| l.split_once('=').map(|(k, _)| k)).collect();
+        assert!(names.iter().all(|n| ["PATH", "PWD", "SHLVL", "_", "OLDPWD"].contains(n)), "{env}");
+
         let t = tool(d.path(), "data.bin", "x", 1000);
         assert!(t.call(json!({})).await.unwrap().model_text(false).contains("no known interpreter"));
+    }
+
+    /// Whether a process still runs a second after it was sent SIGKILL
+    /// (a zombie waiting to be reaped does not run).
+    #[cfg(target_os = "linux")]
+    fn running(pid: &str) -> bool {
+        let alive = || {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| s.rsplit_once(") ").is_some_and(|(_, rest)| !rest.starts_with('Z')))
+        };
+        let start = std::time::Instant::now();
+        while alive() {
+            if start.elapsed() > Duration::from_secs(1) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn what_a_script_starts_does_not_outlive_the_call() {
+        let d = tempfile::tempdir().unwrap();
+        // A background child holding stdout open, and one that does not.
+        let t = tool(d.path(), "bg.sh", "sleep 30 & echo $!; sleep 30 >/dev/null 2>&1 & echo $!", 20_000);
+        let t = ScriptTool { max_output: 4096, ..t };
+        let start = std::time::Instant::now();
+        let out = t.call(json!({})).await.unwrap();
+        assert!(!out.is_error, "{out:?}");
+        assert!(start.elapsed() < Duration::from_secs(10), "the call waited for its background children");
+        let text = out.model_text(false);
+        let pids: Vec<&str> = text.lines().collect();
+        assert_eq!(pids.len(), 2, "{text}");
+        for pid in pids {
+            assert!(!running(pid), "background process {pid} outlived the script");
+        }
+
+        // Timed out: the script and its children are stopped.
+        let t = tool(d.path(), "slow_bg.sh", "sleep 30 & echo $! > bg.pid; sleep 30", 300);
+        let out = t.call(json!({})).await.unwrap();
+        assert!(out.is_error && out.model_text(false).contains("did not finish"));
+        let pid = std::fs::read_to_string(d.path().join("bg.pid")).unwrap();
+        assert!(!running(pid.trim()), "a timed-out script's child {pid} lives on");
     }
 }

@@ -15,6 +15,9 @@ use crate::tools::{Tool, ToolError, ToolOutput, ToolSpec};
 
 pub const READ_SKILL: &str = "read_skill";
 pub const READ_SKILL_FILE: &str = "read_skill_file";
+pub const SEARCH_SKILLS: &str = "search_skills";
+/// Skills one search returns at most.
+const SEARCH_RESULTS: usize = 10;
 
 /// The skill named by `args.skill_name` in `set`, or the error to return.
 fn lookup(set: &SkillSet, args: &Value) -> Result<Arc<Skill>, String> {
@@ -30,14 +33,22 @@ fn lookup(set: &SkillSet, args: &Value) -> Result<Arc<Skill>, String> {
     })
 }
 
+/// The `skill_name` parameter: an enum of the names while the catalog lists
+/// every skill whole (a long catalog's names would make the schema as long).
 fn name_param(names: &[String]) -> Value {
-    json!({"type": "string", "enum": names, "description": "The exact name of the skill, as listed in the system message"})
+    let description = "The exact name of the skill, as listed in the system message or by search_skills";
+    if names.is_empty() {
+        json!({"type": "string", "description": description})
+    } else {
+        json!({"type": "string", "enum": names, "description": description})
+    }
 }
 
 /// `read_skill(skill_name)`.
 pub struct ReadSkill {
     pub skills: Arc<Skills>,
-    /// The names known when the catalog was built (the schema's enum).
+    /// The names known when the catalog was built (the schema's enum;
+    /// empty for none).
     pub names: Vec<String>,
     /// The skill's own tools by skill name (script tools), to name them.
     pub script_tools: std::collections::HashMap<String, Vec<String>>,
@@ -121,8 +132,77 @@ impl Tool for ReadSkillFile {
     }
 }
 
+/// `search_skills(query)`: the skills whose name or description has the
+/// query's words, best first, with their whole descriptions. Offered when
+/// the catalog in the system message is shortened.
+pub struct SearchSkills {
+    pub skills: Arc<Skills>,
+}
+
+impl Tool for SearchSkills {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: SEARCH_SKILLS.into(),
+            description: "Finds skills by words of the task (e.g. \"pdf form fill\"): returns the matching skills' \
+                          names and full descriptions, best first. Then load one with read_skill."
+                .into(),
+            parameters: json!({"type": "object", "properties": {
+                "query": {"type": "string", "description": "Words describing the task or the skill"}},
+                "required": ["query"], "additionalProperties": false}),
+        }
+    }
+
+    fn call(&self, args: Value) -> BoxFuture<'_, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let query = args.get("query").and_then(Value::as_str).unwrap_or_default();
+            Ok(match search(&self.skills.current(), query) {
+                Ok(text) => ToolOutput::text(text),
+                Err(e) => ToolOutput::error(e),
+            })
+        })
+    }
+}
+
+/// The search behind `search_skills`: each query word found in a name
+/// counts 3, in a description 1; the whole name asked for counts most.
+pub fn search(set: &SkillSet, query: &str) -> Result<String, String> {
+    let lower = query.to_lowercase();
+    let mut words: Vec<&str> = lower.split(|c: char| !c.is_alphanumeric()).filter(|w| w.len() > 1).collect();
+    words.sort_unstable();
+    words.dedup();
+    if words.is_empty() {
+        return Err("`query` needs at least one word, e.g. the task's subject".into());
+    }
+    let mut scored: Vec<(usize, &Arc<Skill>)> = set
+        .iter()
+        .map(|s| {
+            let (name, desc) = (s.name.to_lowercase(), s.description.to_lowercase());
+            let exact = if name == lower.trim() { 100 } else { 0 };
+            let score =
+                words.iter().map(|w| 3 * usize::from(name.contains(w)) + usize::from(desc.contains(w))).sum::<usize>();
+            (exact + score, s)
+        })
+        .filter(|(score, _)| *score > 0)
+        .collect();
+    scored.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.name.cmp(&b.1.name)));
+    if scored.is_empty() {
+        return Ok(format!("No skill matches {query:?}; try other words."));
+    }
+    let mut out = String::from("<skills>\n");
+    for (_, s) in scored.iter().take(SEARCH_RESULTS) {
+        out.push_str(&format!("<skill><name>{}</name><description>{}</description></skill>\n", s.name, s.description));
+    }
+    out.push_str("</skills>\n");
+    if scored.len() > SEARCH_RESULTS {
+        out.push_str(&format!("({} more match; add words to narrow the search)\n", scored.len() - SEARCH_RESULTS));
+    }
+    out.push_str("Load one with `read_skill`.");
+    Ok(out)
+}
+
 /// The text of `rel` inside the skill's folder: relative, no `..`, no
-/// symlink leading out, a regular file within `max` bytes, UTF-8.
+/// symlink leading out, a regular file of which at most `max` bytes are
+/// read (more is refused), UTF-8.
 pub async fn read_inside(skill: &Skill, rel: &str, max: u64) -> Result<String, String> {
     let p = Path::new(rel);
     if rel.trim().is_empty() {
@@ -139,14 +219,16 @@ pub async fn read_inside(skill: &Skill, rel: &str, max: u64) -> Result<String, S
     if !real.starts_with(&skill.dir) {
         return Err(format!("`path` must stay inside the skill's folder ({rel:?} leads outside)"));
     }
-    let meta = tokio::fs::metadata(&real).await.map_err(|_| missing())?;
-    if !meta.is_file() {
-        return Err(format!("{rel:?} is not a file"));
-    }
-    if meta.len() > max {
-        return Err(format!("{rel:?} has {} bytes; files larger than {max} bytes are not read", meta.len()));
-    }
-    let bytes = tokio::fs::read(&real).await.map_err(|e| format!("cannot read {rel:?}: {e}"))?;
+    let read = tokio::task::spawn_blocking(move || super::read_capped(&real, max)).await;
+    let bytes = match read {
+        Ok(Ok(b)) => b,
+        Ok(Err(super::ReadError::NotAFile)) => return Err(format!("{rel:?} is not a file")),
+        Ok(Err(super::ReadError::TooLarge)) => {
+            return Err(format!("{rel:?} is larger than {max} bytes; larger files are not read"));
+        }
+        Ok(Err(super::ReadError::Io(e))) => return Err(format!("cannot read {rel:?}: {e}")),
+        Err(e) => return Err(format!("cannot read {rel:?}: {e}")),
+    };
     String::from_utf8(bytes).map_err(|_| format!("{rel:?} is not a UTF-8 text file"))
 }
 

@@ -2,6 +2,11 @@
 //! servers run as child processes (`command`/`args`/`env`), Streamable HTTP
 //! servers are reached at `url` over our reqwest client.
 //!
+//! A stdio server gets a scrubbed environment — [`INHERITED_ENV`] from ours
+//! (no keys: provider and proxy keys live in our environment) plus its
+//! config's `env` — and leads its own process group, which is killed whole
+//! when the connection is dropped and at shutdown ([`Manager::shutdown`]).
+//!
 //! Tools are listed at connect and again on `notifications/tools/list_changed`
 //! (each change bumps the generation, so the registry rebuilds its catalog).
 //! A call that could not be sent reconnects (restarts the child) and is sent
@@ -28,9 +33,45 @@ use serde_json::{Map, Value};
 use super::config::{McpServerConfig, secs};
 use super::{Content, Tool, ToolError, ToolOutput, ToolSpec, bump};
 
+/// The variables of our environment a stdio server inherits: what programs
+/// need to find themselves, their home, their locale, temp files and CA
+/// certificates. Anything else (keys above all) must be given in `env`.
+pub const INHERITED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TERM",
+    "TMPDIR",
+    "TEMP",
+    "TMP",
+    "XDG_CACHE_HOME",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_RUNTIME_DIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "SYSTEMROOT",
+    "APPDATA",
+    "LOCALAPPDATA",
+    "USERPROFILE",
+];
+
+/// [`INHERITED_ENV`] and `LC_*` as they are in our environment.
+fn inherited_env() -> impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)> {
+    std::env::vars_os().filter(|(k, _)| k.to_str().is_some_and(|k| INHERITED_ENV.contains(&k) || k.starts_with("LC_")))
+}
+
 /// How long a failed connect is not retried by a tool call (the supervisor
 /// keeps trying in the background).
 const RETRY_AFTER: Duration = Duration::from_secs(10);
+/// How long a stdio server may take to exit at shutdown before it is killed.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(2);
 
 /// Every configured MCP server.
 pub struct Manager {
@@ -80,6 +121,20 @@ impl Manager {
     pub async fn connect_all(&self) -> Vec<(String, Result<usize, String>)> {
         let tasks = self.servers.iter().map(|s| async move { (s.name.clone(), s.connect(true).await) });
         futures_util::future::join_all(tasks).await
+    }
+
+    /// Ends every stdio server: closes its session (a well-behaved server
+    /// exits on end of input), then kills its process group, children too.
+    pub async fn shutdown(&self) {
+        let each = self.servers.iter().map(|s| async move {
+            let conn = s.conn.lock().await.take();
+            if let Some(c) = conn {
+                let group = c.group;
+                let _ = tokio::time::timeout(SHUTDOWN_WAIT, c.service.cancel()).await;
+                drop(group);
+            }
+        });
+        futures_util::future::join_all(each).await;
     }
 
     /// Every server's current tools.
@@ -189,6 +244,8 @@ struct Conn {
     service: RunningService<RoleClient, Handler>,
     /// Forwards the child's stderr to the log.
     _stderr: Option<AbortOnDrop>,
+    /// A stdio server's process group, killed when the connection goes.
+    group: crate::skills::script::Group,
 }
 
 /// One MCP server and its connection.
@@ -267,16 +324,21 @@ impl Server {
 
     async fn start(&self) -> Result<(Conn, Vec<rmcp::model::Tool>), String> {
         let handler = Handler { server: self.name.clone(), shared: self.shared.clone() };
+        let mut group = crate::skills::script::Group(None);
         let (service, stderr) = if let Some(cmd) = &self.config.command {
             let mut c = tokio::process::Command::new(cmd);
-            c.args(&self.config.args).envs(&self.config.env);
+            c.args(&self.config.args).env_clear().envs(inherited_env()).envs(&self.config.env);
             if let Some(dir) = &self.config.cwd {
                 c.current_dir(dir);
             }
+            let mut c = process_wrap::tokio::CommandWrap::from(c);
+            #[cfg(unix)]
+            c.wrap(process_wrap::tokio::ProcessGroup::leader());
             let (transport, err) = TokioChildProcess::builder(c)
                 .stderr(Stdio::piped())
                 .spawn()
                 .map_err(|e| format!("cannot start `{cmd}`: {e}"))?;
+            group = crate::skills::script::Group(transport.id());
             let stderr = err.map(|e| {
                 let name = self.name.clone();
                 AbortOnDrop(tokio::spawn(async move {
@@ -305,7 +367,7 @@ impl Server {
             (handler.serve(transport).await.map_err(|e| format!("initialize failed: {e}"))?, None)
         };
         let tools = service.list_all_tools().await.map_err(|e| format!("tools/list failed: {e}"))?;
-        Ok((Conn { service, _stderr: stderr }, tools))
+        Ok((Conn { service, _stderr: stderr, group }, tools))
     }
 
     /// A live session's peer, connecting first when needed.

@@ -336,6 +336,16 @@ impl Registry {
         &self.mcp
     }
 
+    /// Ends the stdio MCP servers and everything they started (at shutdown).
+    pub async fn shutdown(&self) {
+        if let Ok(mut g) = self.supervisor.lock()
+            && let Some(h) = g.take()
+        {
+            h.abort();
+        }
+        self.mcp.shutdown().await;
+    }
+
     /// The skills, when `[skills]` is on.
     pub fn skills(&self) -> Option<&Arc<Skills>> {
         self.skills.as_ref()
@@ -443,9 +453,17 @@ impl Registry {
                 }
             }
         }
+        let section = crate::skills::prompt::render(&set, cfg.prompt_template.as_deref(), cfg.catalog_max_chars);
+        let complete = section.as_ref().is_none_or(|s| s.complete);
+        // A shortened catalog: no name enum (as long as the catalog), and a search.
+        let names = if complete { names } else { Vec::new() };
         let read = st::ReadSkill { skills: skills.clone(), names: names.clone(), script_tools: scripts.clone() };
         let file = st::ReadSkillFile { skills: skills.clone(), names };
-        for tool in [Arc::new(read) as Arc<dyn Tool>, Arc::new(file)] {
+        let mut own: Vec<Arc<dyn Tool>> = vec![Arc::new(read), Arc::new(file)];
+        if !complete {
+            own.push(Arc::new(st::SearchSkills { skills: skills.clone() }));
+        }
+        for tool in own {
             let spec = tool.spec();
             if c.get(&spec.name).is_some() {
                 tracing::warn!(tool = %spec.name, "a configured tool has the name of a skills tool; skills cannot be read");
@@ -454,7 +472,7 @@ impl Registry {
             c.push(spec, tool, Source::AgentSkill, true, self.config.timeout());
         }
         c.locks = Locks::new(&set, &scripts);
-        c.skills_section = crate::skills::prompt::render(&set, cfg.prompt_template.as_deref());
+        c.skills_section = section.map(|s| s.text);
     }
 }
 

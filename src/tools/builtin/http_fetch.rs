@@ -5,7 +5,8 @@
 //! to must be public (no loopback, private, link-local, CGNAT, multicast,
 //! documentation or reserved ranges) unless `allow_private`; the connection
 //! is pinned to the addresses that were checked (no DNS rebinding between
-//! check and connect); redirects are followed by hand (at most 5), each hop
+//! check and connect, and no `HTTP_PROXY`/`HTTPS_PROXY`/`ALL_PROXY` from
+//! the environment, which would resolve the name again); redirects are followed by hand (at most 5), each hop
 //! checked again; the body is cut at `max_bytes` and the whole fetch at
 //! `timeout_secs`.
 
@@ -63,7 +64,9 @@ impl HttpFetch {
         let mut url = start;
         for _ in 0..=MAX_REDIRECTS {
             let addrs = self.admit(&url).await?;
-            let mut b = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
+            // No proxy from the environment: a proxy would resolve the name
+            // again, so the connection goes only to the addresses checked.
+            let mut b = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).no_proxy();
             if let Some(host) = url.host_str()
                 && host.parse::<IpAddr>().is_err()
             {
@@ -157,28 +160,52 @@ fn host_matches(pattern: &str, host: &str) -> bool {
     }
 }
 
-/// Whether an address is on the public internet.
+/// Whether an address is on the public internet. An IPv6 address that
+/// embeds an IPv4 address (mapped, compatible, translated, NAT64, 6to4,
+/// Teredo) is judged by that IPv4 address (both of Teredo's); other IPv6
+/// addresses must be global unicast (2000::/3) outside the special ranges.
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => is_public_v4(v4),
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_public_v4(v4);
-            }
-            let s = v6.segments();
-            // NAT64 (64:ff9b::/96) embeds an IPv4 address.
-            if s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0, 0, 0, 0] {
-                return is_public_v4(Ipv4Addr::new((s[6] >> 8) as u8, s[6] as u8, (s[7] >> 8) as u8, s[7] as u8));
-            }
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (s[0] & 0xfe00) == 0xfc00 // unique local
-                || (s[0] & 0xffc0) == 0xfe80 // link-local
-                || (s[0] & 0xffc0) == 0xfec0 // site-local (deprecated)
-                || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
-                || v6 == Ipv6Addr::from([0u8; 16]))
-        }
+        IpAddr::V6(v6) => is_public_v6(v6),
+    }
+}
+
+fn v4(hi: u16, lo: u16) -> Ipv4Addr {
+    Ipv4Addr::from((u32::from(hi) << 16) | u32::from(lo))
+}
+
+fn is_public_v6(v6: Ipv6Addr) -> bool {
+    let s = v6.segments();
+    if v6.is_unspecified() || v6.is_loopback() {
+        return false;
+    }
+    // ::a.b.c.d (IPv4-compatible), ::ffff:a.b.c.d (mapped),
+    // ::ffff:0:a.b.c.d (translated), 64:ff9b::a.b.c.d (NAT64).
+    let compatible = s[..6] == [0; 6];
+    let mapped = s[..5] == [0; 5] && s[5] == 0xffff;
+    let translated = s[..4] == [0; 4] && s[4] == 0xffff && s[5] == 0;
+    let nat64 = s[0] == 0x64 && s[1] == 0xff9b && s[2..6] == [0; 4];
+    if compatible || mapped || translated || nat64 {
+        return is_public_v4(v4(s[6], s[7]));
+    }
+    if s[0] & 0xe000 != 0x2000 {
+        // Outside global unicast: ULA, link-local, multicast, discard
+        // (100::/64), local-use NAT64 (64:ff9b:1::/48, where the IPv4 can sit
+        // anywhere), …
+        return false;
+    }
+    match (s[0], s[1]) {
+        // 6to4: 2002:AABB:CCDD::/48 carries a.b.c.d.
+        (0x2002, _) => is_public_v4(v4(s[1], s[2])),
+        // Teredo: the server's IPv4 in bits 32..64, the client's (XOR
+        // 0xffffffff) in the last 32.
+        (0x2001, 0) => is_public_v4(v4(s[2], s[3])) && is_public_v4(v4(!s[6], !s[7])),
+        (0x2001, 0x0db8) => false,                         // documentation
+        (0x2001, 0x0002) if s[2] == 0 => false,            // benchmarking 2001:2::/48
+        (0x2001, x) if (0x10..0x30).contains(&x) => false, // ORCHID(v2) 2001:10::/28, 2001:20::/28
+        (x, _) if x & 0xfff0 == 0x3ff0 => false,           // documentation 3fff::/20
+        _ => true,
     }
 }
 
@@ -227,17 +254,57 @@ mod tests {
             "100.64.0.1",
             "0.0.0.0",
             "::1",
+            "::",
             "fe80::1",
             "fd00::1",
-            "::ffff:127.0.0.1",
-            "64:ff9b::a00:1",
+            "ff02::1",
+            "100::1",
+            "2001:db8::1",
+            "3fff::1",
             "255.255.255.255",
         ] {
             assert!(!is_public(bad.parse().unwrap()), "{bad}");
         }
-        for good in ["1.1.1.1", "93.184.216.34", "2606:4700::1111", "64:ff9b::101:101"] {
+        for good in ["1.1.1.1", "93.184.216.34", "2606:4700::1111", "2a00:1450:4001::1"] {
             assert!(is_public(good.parse().unwrap()), "{good}");
         }
+    }
+
+    /// Every IPv6 form with an IPv4 address inside is judged by that address.
+    #[test]
+    fn embedded_ipv4_forms_are_judged_by_their_ipv4() {
+        let forms: &[(&str, &str)] = &[
+            ("IPv4-compatible", "::{}"),
+            ("IPv4-mapped", "::ffff:{}"),
+            ("IPv4-translated", "::ffff:0:{}"),
+            ("NAT64", "64:ff9b::{}"),
+        ];
+        for (form, pattern) in forms {
+            for private in ["127.0.0.1", "10.0.0.1", "169.254.169.254", "192.168.0.1", "100.64.0.1"] {
+                let ip = pattern.replace("{}", private);
+                assert!(!is_public(ip.parse().unwrap()), "{form} {ip}");
+            }
+            let ip = pattern.replace("{}", "1.1.1.1");
+            assert!(is_public(ip.parse().unwrap()), "{form} {ip}");
+        }
+        // Local-use NAT64 (RFC 8215): never public, wherever the IPv4 sits.
+        assert!(!is_public("64:ff9b:1::7f00:1".parse().unwrap()));
+        assert!(!is_public("64:ff9b:1:101:101::".parse().unwrap()));
+        // 6to4: 2002:AABB:CCDD:: embeds AA.BB.CC.DD.
+        assert!(!is_public("2002:7f00:1::1".parse().unwrap()));
+        assert!(!is_public("2002:a9fe:a9fe::".parse().unwrap()));
+        assert!(!is_public("2002:c0a8:1::".parse().unwrap()));
+        assert!(is_public("2002:101:101::1".parse().unwrap()));
+        // Teredo 2001:0:SSSS:SSSS:flags:port:CCCC:CCCC, client XOR 0xffffffff.
+        let teredo = |server: [u8; 4], client: [u8; 4]| {
+            let (s, c) = (u32::from_be_bytes(server), !u32::from_be_bytes(client));
+            let ip = Ipv6Addr::new(0x2001, 0, (s >> 16) as u16, s as u16, 0, 0xffff, (c >> 16) as u16, c as u16);
+            is_public(IpAddr::V6(ip))
+        };
+        assert!(teredo([65, 54, 227, 120], [1, 1, 1, 1]));
+        assert!(!teredo([65, 54, 227, 120], [127, 0, 0, 1]), "private client");
+        assert!(!teredo([10, 0, 0, 1], [1, 1, 1, 1]), "private server");
+        assert!(!is_public("2001:0:4136:e378:8000:63bf:80ff:fffe".parse().unwrap()), "client 127.0.0.1");
     }
 
     #[test]
@@ -254,8 +321,15 @@ mod tests {
     #[tokio::test]
     async fn refuses_loopback_and_unlisted_hosts() {
         let f = HttpFetch::new(HttpFetchConfig::default());
-        let out = f.call(json!({"url": "http://127.0.0.1:9/x"})).await.unwrap();
-        assert!(out.is_error && out.model_text(false).contains("non-public"), "{out:?}");
+        for url in [
+            "http://127.0.0.1:9/x",
+            "http://[::127.0.0.1]:9/",
+            "http://[::ffff:0:7f00:1]:9/",
+            "http://[2002:7f00:1::]:9/",
+        ] {
+            let out = f.call(json!({"url": url})).await.unwrap();
+            assert!(out.is_error && out.model_text(false).contains("non-public"), "{url}: {out:?}");
+        }
         let out = f.call(json!({"url": "file:///etc/passwd"})).await.unwrap();
         assert!(out.is_error, "{out:?}");
         let f = HttpFetch::new(HttpFetchConfig { allow_hosts: vec!["example.org".into()], ..Default::default() });
