@@ -25,6 +25,11 @@ pub enum UpstreamError {
     /// The upstream answered something that is not a chat completion.
     #[error("invalid upstream response: {0}")]
     Protocol(String),
+    /// A stream ended without `[DONE]`: an error unless every choice had
+    /// finished (vendors that stop after their finish chunk), which only the
+    /// reader of the chunks knows (`server/chat.rs`).
+    #[error("upstream stream ended early: {0}")]
+    Incomplete(String),
 }
 
 impl UpstreamError {
@@ -41,6 +46,14 @@ impl UpstreamError {
             UpstreamError::Protocol(m) => {
                 (StatusCode::BAD_GATEWAY, ErrorObject::new("api_error", m.clone()).with_code("bad_upstream_response"))
             }
+            UpstreamError::Incomplete(m) => (
+                StatusCode::BAD_GATEWAY,
+                ErrorObject::new(
+                    "api_connection_error",
+                    format!("The upstream stream ended before it was complete: {m}."),
+                )
+                .with_code("upstream_stream_incomplete"),
+            ),
             UpstreamError::Status { status, error } => {
                 (StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY), (**error).clone())
             }

@@ -47,7 +47,8 @@ pub async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Byte
     if client_stream {
         return Ok(match started {
             // The stream's own path, so plain content deltas can be forwarded as they came.
-            Started::Stream { events, first, norm } => sse(outs(events, first, norm, &s)),
+            // Nothing of it is held, so no cap on its size.
+            Started::Stream { events, first, norm } => sse(outs(events, first, norm, &s, usize::MAX)),
             whole => sse(whole.chunks(&s)),
         });
     }
@@ -276,8 +277,9 @@ pub(crate) enum Out {
 /// An upstream stream through the normalizer. The upstream is read only as
 /// fast as the client takes chunks (backpressure), and dropping the stream
 /// (client gone) drops the upstream connection.
-fn outs(events: Events, first: Option<Out>, norm: Normalizer, s: &Shared) -> Outs {
-    Outs::new(events, first, norm, s.store.clone(), s.state_ttl)
+/// `max` caps the payload bytes read, for a reader that holds the answer.
+fn outs(events: Events, first: Option<Out>, norm: Normalizer, s: &Shared, max: usize) -> Outs {
+    Outs::new(events, first, norm, s.store.clone(), s.state_ttl, max)
 }
 
 /// The stream [`outs`] makes. A plain stream rather than a generator, which
@@ -294,6 +296,10 @@ struct Outs {
     /// Where the reasoning of turns that made calls is remembered.
     store: Arc<dyn StateStore>,
     ttl: std::time::Duration,
+    /// Payload bytes read so far, and the most an answer may have when its
+    /// reader holds it (assembled, stored, or the agent loop's history).
+    read: usize,
+    max: usize,
     state: OutsState,
 }
 
@@ -314,6 +320,7 @@ impl Outs {
         mut norm: Normalizer,
         store: Arc<dyn StateStore>,
         ttl: std::time::Duration,
+        max: usize,
     ) -> Self {
         // Room for one chunk: most upstream chunks make one or none.
         let mut ready = Vec::with_capacity(1);
@@ -323,7 +330,7 @@ impl Outs {
             Some(Out::Same(wire)) => same = Some(wire),
             None => {}
         }
-        Outs { events, norm, ready, same, store, ttl, state: OutsState::Reading }
+        Outs { events, norm, ready, same, store, ttl, read: 0, max, state: OutsState::Reading }
     }
 }
 
@@ -358,33 +365,53 @@ impl Stream for Outs {
                 return Poll::Ready(None);
             }
             match std::task::ready!(this.events.poll_next_unpin(cx)) {
-                Some(Ok(data)) => match read(&mut this.norm, data) {
-                    Ok(Out::Chunk(c)) => refill(&mut this.ready, |r| this.norm.push(c, r)),
-                    same @ Ok(Out::Same(_)) => return Poll::Ready(Some(same)),
-                    Err(e) => {
-                        this.state = OutsState::Ended;
-                        return Poll::Ready(Some(Err(e)));
+                Some(Ok(data)) => {
+                    this.read += data.len();
+                    let made = if this.read > this.max { Err(too_large(this.max)) } else { read(&mut this.norm, data) };
+                    match made {
+                        Ok(Out::Chunk(c)) => refill(&mut this.ready, |r| this.norm.push(c, r)),
+                        same @ Ok(Out::Same(_)) => return Poll::Ready(Some(same)),
+                        Err(e) => {
+                            this.state = OutsState::Ended;
+                            return Poll::Ready(Some(Err(e)));
+                        }
                     }
-                },
+                }
+                // Some vendors end after their finish chunk without `[DONE]`;
+                // a stream that ends before that is cut, not finished.
+                Some(Err(UpstreamError::Incomplete(_))) if this.norm.all_finished() => this.end(),
                 Some(Err(e)) => {
                     this.state = OutsState::Ended;
                     return Poll::Ready(Some(Err(e)));
                 }
-                None => {
-                    refill(&mut this.ready, |r| this.norm.finish(r));
-                    let captures = this.norm.captures();
-                    this.state = if captures.is_empty() {
-                        OutsState::Ended
-                    } else {
-                        let (store, ttl) = (this.store.clone(), this.ttl);
-                        OutsState::Remembering(Box::pin(async move {
-                            crate::reasoning::remember(store.as_ref(), ttl, &captures).await;
-                        }))
-                    };
-                }
+                None => this.end(),
             }
         }
     }
+}
+
+impl Outs {
+    /// The upstream ended: the last chunks are made, and the reasoning seen
+    /// is stored before they go out.
+    fn end(&mut self) {
+        refill(&mut self.ready, |r| self.norm.finish(r));
+        let captures = self.norm.captures();
+        self.state = if captures.is_empty() {
+            OutsState::Ended
+        } else {
+            let (store, ttl) = (self.store.clone(), self.ttl);
+            OutsState::Remembering(Box::pin(async move {
+                crate::reasoning::remember(store.as_ref(), ttl, &captures).await;
+            }))
+        };
+    }
+}
+
+/// An answer over `[limits] max_answer_bytes`.
+pub(crate) fn too_large(max: usize) -> UpstreamError {
+    UpstreamError::Protocol(format!(
+        "The upstream's answer is larger than the limit of {max} bytes ([limits] max_answer_bytes)."
+    ))
 }
 
 /// An upstream payload as the normalizer takes it: sent on as it came (see
@@ -396,14 +423,15 @@ fn read(norm: &mut Normalizer, data: String) -> Result<Out, UpstreamError> {
     }
 }
 
-/// Normalized chunks of an upstream stream (see [`outs`]).
+/// Normalized chunks of an upstream stream (see [`outs`]), for readers that
+/// hold them: at most `max_answer_bytes` of payloads.
 pub(crate) fn normalized(
     events: Events,
     first: Option<Out>,
     norm: Normalizer,
     s: Shared,
 ) -> impl Stream<Item = Result<Chunk, UpstreamError>> + Send {
-    outs(events, first, norm, &s).map(|o| match o? {
+    outs(events, first, norm, &s, s.edge.limits.max_answer_bytes).map(|o| match o? {
         Out::Chunk(c) => Ok(c),
         // Forwarded, so the payload is its own normalized chunk.
         Out::Same(data) => parse_chunk(&data),
@@ -502,7 +530,7 @@ mod tests {
     fn stream_of(events: Events, store: Arc<dyn StateStore>) -> impl Stream<Item = Result<Value, UpstreamError>> {
         let mut norm = Normalizer::new(settings());
         let first = read(&mut norm, chunk(json!({"role": "assistant", "content": ""}), None)).ok();
-        let outs = Outs::new(events, first, norm, store, std::time::Duration::from_secs(60));
+        let outs = Outs::new(events, first, norm, store, std::time::Duration::from_secs(60), 1 << 20);
         outs.map(|o| {
             o.map(|o| match o {
                 Out::Chunk(c) => serde_json::to_value(c).unwrap_or_default(),

@@ -63,8 +63,9 @@ impl AppState {
         record: Option<&Path>,
     ) -> Result<Shared, ConfigError> {
         let providers = Providers::resolve(config, profiles)?;
-        let mut upstream = Upstream::new(Duration::from_secs_f64(config.upstream.connect_timeout_secs))
-            .map_err(ConfigError::Invalid)?;
+        let mut upstream = Upstream::new(limits::secs(config.upstream.connect_timeout_secs))
+            .map_err(ConfigError::Invalid)?
+            .with_max_answer_bytes(config.limits.max_answer_bytes);
         if let Some(dir) = record {
             let secrets = providers.iter().filter_map(|p| p.api_key().map(str::to_string));
             let headers = providers.iter().filter_map(|p| p.profile.auth_header.clone());
@@ -122,7 +123,7 @@ pub struct App {
     router: Router,
 }
 
-type HotFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response, Infallible>> + Send>>;
+pub(crate) type HotFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response, Infallible>> + Send>>;
 
 impl<B> tower_service::Service<axum::http::Request<B>> for App
 where
