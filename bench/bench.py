@@ -239,6 +239,8 @@ def modelshim_conf(port: int, up: int, paced: int, slow: int) -> str:
     provider("slow", f"http://127.0.0.1:{slow}/slow/v1", "native")
     # The lanes measure the proxy path; the repo's ./skills would turn on the agent loop.
     lines += ["[skills]", "enabled = false", ""]
+    # The stream lanes open 1,000 connections from one address.
+    lines += ["[limits]", "max_connections_per_ip = 0", ""]
     return "\n".join(lines)
 
 

@@ -126,7 +126,10 @@ pub struct UpstreamConfig {
     /// Until the response headers arrive (504 after that).
     #[serde(default = "d_first_byte")]
     pub first_byte_timeout_secs: f64,
-    /// Longest silence inside a stream before it is ended with an error.
+    /// Longest silence inside a stream before it is ended with an error: a
+    /// wait for the next complete line (bytes that complete none do not
+    /// count). A non-streamed body must also arrive whole within this of
+    /// its headers (504 after).
     #[serde(default = "d_idle")]
     pub idle_timeout_secs: f64,
     /// Retries of a failed attempt (429, 5xx, connection errors) before

@@ -543,6 +543,16 @@ async fn serve_with_shutdown(
     grace: Duration,
     threads: Option<usize>,
 ) -> (SocketAddr, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>) {
+    serve_with(upstream, grace, threads, |_| {}).await
+}
+
+/// [`serve_with_shutdown`] with the config changed by `tweak`.
+async fn serve_with(
+    upstream: &str,
+    grace: Duration,
+    threads: Option<usize>,
+    tweak: impl FnOnce(&mut Config),
+) -> (SocketAddr, tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<std::io::Result<()>>) {
     let text = "name = \"test vendor\"\nbase_url = \"http://unused\"\n";
     let mut profiles = std::collections::BTreeMap::new();
     profiles.insert("testvendor".to_string(), modelshim::provider::Profile::parse("testvendor", text).unwrap());
@@ -555,6 +565,7 @@ async fn serve_with_shutdown(
             ..Default::default()
         },
     );
+    tweak(&mut config);
     let state = modelshim::server::AppState::new(&config, &profiles).unwrap();
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let signal = async move {
@@ -666,13 +677,11 @@ async fn serving_threads_share_the_port() {
     let mut all = Vec::new();
     for _ in 0..32 {
         // A client per request: a new connection each, hashed over the sockets.
+        // Built first: building one blocks this thread a while, which would
+        // leave the others' connections silent past the header timeout.
+        let client = reqwest::Client::new();
         all.push(tokio::spawn(async move {
-            let r = reqwest::Client::new()
-                .post(format!("http://{addr}/v1/chat/completions"))
-                .json(&stream_req())
-                .send()
-                .await
-                .unwrap();
+            let r = client.post(format!("http://{addr}/v1/chat/completions")).json(&stream_req()).send().await.unwrap();
             r.text().await.unwrap()
         }));
     }
@@ -1095,4 +1104,362 @@ async fn the_model_list_is_what_the_key_may_use() {
     };
     assert_eq!(ids("sk-sees-every-model").await, ["v/a", "v/b", "smart"]);
     assert_eq!(ids("sk-sees-only-v-a").await, ["v/a"]);
+}
+
+// ------------------------------- faults: raw clients and raw upstreams
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Fails a test that would otherwise wait for ever.
+async fn within<T>(limit: Duration, what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(limit, f).await.unwrap_or_else(|_| panic!("{what}: still waiting after {limit:?}"))
+}
+
+/// A raw HTTP/1.1 upstream on loopback: reads one request per connection
+/// (head and body) and hands the socket and the request to `answer`.
+async fn raw_upstream<F, Fut>(answer: F) -> String
+where
+    F: Fn(tokio::net::TcpStream, String) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let answer = Arc::new(answer);
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                if let Some(req) = read_request(&mut s).await {
+                    answer(s, req).await;
+                }
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+async fn read_request(s: &mut tokio::net::TcpStream) -> Option<String> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+            let len = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if got.len() >= end + 4 + len {
+                return Some(String::from_utf8_lossy(&got).into_owned());
+            }
+        }
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+const SSE_HEAD: &[u8] = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+
+fn json_head(len: usize) -> String {
+    format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len}\r\nconnection: close\r\n\r\n")
+}
+
+fn sse_event(v: &Value) -> String {
+    format!("data: {v}\n\n")
+}
+
+/// An upstream that sends its headers and then nothing, or trickles its
+/// body, is not waited on past `idle_timeout_secs`: with the direct client
+/// (chat), with reqwest (embeddings), and in a stream.
+#[tokio::test]
+async fn an_upstream_that_stalls_or_trickles_its_body_times_out() {
+    let url = raw_upstream(|mut s, req| async move {
+        if req.contains("\"stream\":true") {
+            let _ = s.write_all(SSE_HEAD).await;
+            let first = sse_event(&chunk(json!({"role": "assistant", "content": "a"}), None));
+            let _ = s.write_all(first.as_bytes()).await;
+            // A line that never ends, one byte at a time.
+            let _ = s.write_all(b"data: {\"x\": \"").await;
+            while s.write_all(b"y").await.is_ok() {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+        } else {
+            let _ = s.write_all(json_head(400).as_bytes()).await;
+            let _ = s.write_all(b"{\"id\"").await;
+            std::future::pending::<()>().await;
+        }
+    })
+    .await;
+    let p = proxy_with("", &url, |c| {
+        c.upstream.idle_timeout_secs = 0.3;
+        c.upstream.retries = Some(0);
+    })
+    .await;
+    let limit = Duration::from_secs(5);
+    let (st, _, body) = within(limit, "chat", post(&p, None, &hello())).await;
+    assert_eq!((st, body["error"]["code"].as_str()), (504, Some("upstream_timeout")), "{body}");
+    let embed = p.http.post(p.url("/v1/embeddings")).json(&json!({"model": "v/e", "input": "hi"})).send();
+    let r = within(limit, "embeddings", embed).await.unwrap();
+    assert_eq!(r.status(), 504);
+    let (st, events) = within(limit, "stream", p.chat_stream(stream_req())).await;
+    assert_eq!(st, 200);
+    assert_eq!(events[0]["choices"][0]["delta"]["content"], "a", "{events:?}");
+    assert_eq!(events.last().unwrap()["error"]["code"], "upstream_timeout", "{events:?}");
+}
+
+/// What one answer may weigh: a JSON body, one SSE event, a whole stream
+/// assembled for a non-streamed client; and a body in a content coding (a
+/// gzip bomb) is refused: an OpenAI error, before the upstream sent it all.
+#[tokio::test]
+async fn answers_over_max_answer_bytes_are_refused() {
+    const MAX: usize = 64 * 1024;
+    let sent = Arc::new(AtomicUsize::new(0));
+    let s2 = sent.clone();
+    let url = raw_upstream(move |mut s, req| {
+        let sent = s2.clone();
+        async move {
+            let model = ["big-json", "many-events", "endless-event", "gzip"].into_iter().find(|m| req.contains(m));
+            match model {
+                Some("big-json") => {
+                    let body = completion(json!({"role": "assistant", "content": "x".repeat(1 << 20)}), "stop");
+                    let body = body.to_string();
+                    let _ = s.write_all(json_head(body.len()).as_bytes()).await;
+                    let _ = s.write_all(body.as_bytes()).await;
+                }
+                Some("many-events") => {
+                    let _ = s.write_all(SSE_HEAD).await;
+                    let e = sse_event(&chunk(json!({"content": "y".repeat(1024)}), None));
+                    for _ in 0..20_000 {
+                        if s.write_all(e.as_bytes()).await.is_err() {
+                            return;
+                        }
+                        sent.fetch_add(e.len(), Ordering::SeqCst);
+                    }
+                    let _ = s.write_all(b"data: [DONE]\n\n").await;
+                }
+                Some("endless-event") => {
+                    let _ = s.write_all(SSE_HEAD).await;
+                    let _ = s.write_all(b"data: ").await;
+                    let junk = vec![b'z'; 16 * 1024];
+                    for _ in 0..4096 {
+                        if s.write_all(&junk).await.is_err() {
+                            return;
+                        }
+                        sent.fetch_add(junk.len(), Ordering::SeqCst);
+                    }
+                }
+                _ => {
+                    let head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-encoding: gzip\r\nconnection: close\r\n\r\n";
+                    let _ = s.write_all(head.as_bytes()).await;
+                    let _ = s.write_all(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3]).await;
+                }
+            }
+        }
+    })
+    .await;
+    let p = proxy_with("", &url, |c| {
+        c.limits.max_answer_bytes = MAX;
+        c.upstream.retries = Some(0);
+    })
+    .await;
+    let ask = |model: &str, stream: bool| json!({"model": format!("v/{model}"), "stream": stream, "messages": [{"role": "user", "content": "hi"}]});
+    let limit = Duration::from_secs(10);
+    for model in ["big-json", "many-events", "endless-event"] {
+        sent.store(0, Ordering::SeqCst);
+        let (st, _, body) = within(limit, model, post(&p, None, &ask(model, false))).await;
+        assert_eq!(st, 502, "{model}: {body}");
+        let msg = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(msg.contains("max_answer_bytes"), "{model}: {body}");
+        // Loopback socket buffers take some MiB the proxy never reads.
+        let sent = sent.load(Ordering::SeqCst);
+        assert!(model == "big-json" || sent < 16 << 20, "{model}: the upstream's body was read on: {sent}");
+    }
+    // Streamed: one event over the cap before the first one is a 502 too.
+    let r = p.http.post(p.url("/v1/chat/completions")).json(&ask("endless-event", true)).send();
+    assert_eq!(within(limit, "stream", r).await.unwrap().status(), 502);
+    let (st, _, body) = within(limit, "gzip", post(&p, None, &ask("gzip", false))).await;
+    assert_eq!(st, 502, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap_or_default().contains("content-encoding gzip"), "{body}");
+}
+
+/// A stream that ends without `[DONE]` and without a finish reason was cut:
+/// an in-band error (502 for a non-streamed client), never `stop`. One that
+/// ends after its finish chunk without `[DONE]` (some vendors) is complete.
+#[tokio::test]
+async fn a_stream_cut_before_its_finish_is_an_error() {
+    let url = raw_upstream(|mut s, req| async move {
+        let _ = s.write_all(SSE_HEAD).await;
+        let mut body = sse_event(&chunk(json!({"role": "assistant", "content": "Hel"}), None));
+        if req.contains("\"finished\"") {
+            body.push_str(&sse_event(&chunk(json!({"content": "lo"}), Some("stop"))));
+        }
+        if req.contains("\"cut-mid-event\"") {
+            body.push_str("data: {\"id\": \"up-1\", \"choi");
+        }
+        if !req.contains("\"empty\"") {
+            let _ = s.write_all(body.as_bytes()).await;
+        }
+    })
+    .await;
+    let p = proxy_with("", &url, |c| c.upstream.retries = Some(0)).await;
+    let ask = |model: &str, stream: bool| json!({"model": format!("v/{model}"), "stream": stream, "messages": [{"role": "user", "content": "hi"}]});
+    let (st, events) = p.chat_stream(ask("finished", true)).await;
+    assert_eq!(st, 200);
+    assert_eq!(events.last(), Some(&json!("[DONE]")), "{events:?}");
+    assert_eq!(assemble(&events)["finish"], "stop");
+    let (st, body) = p.chat(ask("finished", false)).await;
+    assert_eq!((st, &body["choices"][0]["message"]["content"]), (200, &json!("Hello")), "{body}");
+
+    for model in ["cut", "cut-mid-event"] {
+        let (st, events) = p.chat_stream(ask(model, true)).await;
+        assert_eq!(st, 200);
+        assert_eq!(events[0]["choices"][0]["delta"]["content"], "Hel", "{events:?}");
+        let last = events.last().unwrap();
+        assert!(last.get("error").is_some(), "{model}: {events:?}");
+        assert!(!events.contains(&json!("[DONE]")), "{model}: {events:?}");
+        assert!(events.iter().all(|e| e["choices"][0]["finish_reason"].is_null()), "{model}: {events:?}");
+        let (st, body) = p.chat(ask(model, false)).await;
+        assert_eq!(st, 502, "{model}: {body}");
+    }
+    assert_eq!(
+        last_error(&p.chat_stream(ask("cut", true)).await.1)["code"],
+        "upstream_stream_incomplete",
+        "a body that simply ends"
+    );
+    let (st, body) = p.chat(ask("empty", false)).await;
+    assert_eq!((st, body["error"]["code"].as_str()), (502, Some("upstream_stream_incomplete")), "{body}");
+}
+
+fn last_error(events: &[Value]) -> Value {
+    events.last().map(|e| e["error"].clone()).unwrap_or_default()
+}
+
+/// One content event of 1 MiB, in the reads TCP makes of it, goes through as
+/// one piece of text, streamed and not (the SSE reader's own test feeds one
+/// in 16,384 reads: eventsource-stream read its whole buffer again on every
+/// read, 31 s for one 16 MB event).
+#[tokio::test]
+async fn one_huge_content_event_goes_through() {
+    const SIZE: usize = 1 << 20;
+    let url = raw_upstream(|mut s, _| async move {
+        let _ = s.write_all(SSE_HEAD).await;
+        let first = sse_event(&chunk(json!({"role": "assistant", "content": ""}), None));
+        let big = sse_event(&chunk(json!({"content": "w".repeat(SIZE)}), None));
+        let last = sse_event(&chunk(json!({}), Some("stop")));
+        let _ = s.write_all(format!("{first}{big}{last}data: [DONE]\n\n").as_bytes()).await;
+    })
+    .await;
+    let p = proxy("", &url).await;
+    let (st, events) = within(Duration::from_secs(60), "stream", p.chat_stream(stream_req())).await;
+    assert_eq!(st, 200);
+    assert_eq!(assemble(&events)["content"].as_str().unwrap().len(), SIZE);
+    let (st, body) = within(Duration::from_secs(60), "whole", p.chat(hello())).await;
+    assert_eq!(st, 200);
+    assert_eq!(body["choices"][0]["message"]["content"].as_str().unwrap().len(), SIZE);
+}
+
+/// Clients of `serve`: a connection that sends nothing, a head sent slowly,
+/// an HTTP/2 connection that opens no stream are closed after the header
+/// timeout; a body sent slowly gets a 408 and gives its concurrency slot back.
+#[tokio::test]
+async fn silent_and_slow_clients_are_cut() {
+    let (url, _) = scripted(vec![], Act::Stream { n: 1, gap: Duration::ZERO, size: 1 }).await;
+    let (addr, stop, server) = serve_with(&url, Duration::from_secs(5), Some(1), |c| {
+        c.limits.header_read_timeout_secs = 0.3;
+        c.limits.body_read_timeout_secs = 0.3;
+        c.limits.max_concurrent = Some(1);
+    })
+    .await;
+    let limit = Duration::from_secs(3);
+    /// Reads until the server closes; what it wrote.
+    async fn until_closed(tcp: &mut tokio::net::TcpStream) -> String {
+        let mut got = Vec::new();
+        let _ = tcp.read_to_end(&mut got).await;
+        String::from_utf8_lossy(&got).into_owned()
+    }
+    let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    within(limit, "a silent connection", until_closed(&mut silent)).await;
+
+    let mut slow_head = tokio::net::TcpStream::connect(addr).await.unwrap();
+    slow_head.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+    let drip = async {
+        for _ in 0..100 {
+            if slow_head.write_all(b"x").await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    within(limit, "a slow head", drip).await;
+
+    let mut h2 = tokio::net::TcpStream::connect(addr).await.unwrap();
+    h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00").await.unwrap();
+    within(limit, "an idle HTTP/2 connection", until_closed(&mut h2)).await;
+
+    let body = stream_req().to_string();
+    let mut slow_body = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    slow_body.write_all(head.as_bytes()).await.unwrap();
+    slow_body.write_all(&body.as_bytes()[..10]).await.unwrap();
+    let answer = within(limit, "a slow body", until_closed(&mut slow_body)).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_timeout"), "{answer}");
+    // Its slot is free again.
+    let r = reqwest::Client::new().post(format!("http://{addr}/v1/chat/completions")).json(&stream_req()).send();
+    assert_eq!(within(limit, "the next request", r).await.unwrap().status(), 200);
+    stop.send(()).unwrap();
+    within(Duration::from_secs(5), "server stops", server).await.unwrap().unwrap();
+}
+
+/// At most `max_connections_per_ip` open connections per client address:
+/// more are closed at accept, and a closed one frees its place.
+#[tokio::test]
+async fn connections_per_address_are_capped() {
+    let (url, _) = scripted(vec![], Act::Stream { n: 1, gap: Duration::ZERO, size: 1 }).await;
+    let (addr, stop, server) = serve_with(&url, Duration::from_secs(5), Some(1), |c| {
+        c.limits.max_connections_per_ip = 2;
+        c.limits.header_read_timeout_secs = 30.0;
+    })
+    .await;
+    let a = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _b = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut buf = [0u8; 16];
+    let n = within(Duration::from_secs(2), "the third connection", third.read(&mut buf)).await;
+    assert!(matches!(n, Ok(0) | Err(_)), "the third connection was served: {n:?}");
+    drop(a);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let r = reqwest::Client::new().post(format!("http://{addr}/v1/chat/completions")).json(&stream_req()).send();
+    assert_eq!(within(Duration::from_secs(3), "a request", r).await.unwrap().status(), 200);
+    stop.send(()).unwrap();
+    within(Duration::from_secs(5), "server stops", server).await.unwrap().unwrap();
+}
+
+/// HTTP/2 has the same 8 KiB head limit as HTTP/1.1.
+#[tokio::test]
+async fn http2_heads_are_limited_like_http1() {
+    let (url, _) = scripted(vec![], Act::Stream { n: 1, gap: Duration::ZERO, size: 1 }).await;
+    let (addr, stop, server) = serve_with_shutdown(&url, Duration::from_secs(5), Some(1)).await;
+    let h2 = reqwest::Client::builder().http2_prior_knowledge().build().unwrap();
+    let send = |extra: usize| {
+        h2.post(format!("http://{addr}/v1/chat/completions"))
+            .header("x-pad", "a".repeat(extra))
+            .json(&stream_req())
+            .send()
+    };
+    let ok = send(6 * 1024).await.unwrap();
+    assert_eq!((ok.status().as_u16(), ok.version()), (200, reqwest::Version::HTTP_2));
+    let big = send(12 * 1024).await;
+    assert!(
+        big.as_ref().map_or(true, |r| r.status() == 431),
+        "a 12 KiB head was served: {:?}",
+        big.map(|r| r.status())
+    );
+    stop.send(()).unwrap();
+    within(Duration::from_secs(5), "server stops", server).await.unwrap().unwrap();
 }

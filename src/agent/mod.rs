@@ -674,7 +674,9 @@ async fn upstream_chunks(
             Ok(futures_util::stream::iter(out.into_iter().map(Ok)).boxed())
         }
         // The loop keeps the reasoning itself (splice or `remember_turn`).
-        Reply::Events(events) => Ok(crate::server::chat::normalized(events, None, norm, None).boxed()),
+        Reply::Events(events) => {
+            Ok(crate::server::chat::normalized(events, None, norm, None, s.edge.limits.max_answer_bytes).boxed())
+        }
     }
 }
 

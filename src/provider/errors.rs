@@ -24,6 +24,10 @@ pub enum UpstreamError {
     Status { status: u16, error: Box<ErrorObject> },
     /// The upstream answered something that is not a chat completion.
     Protocol(String),
+    /// A stream ended without `[DONE]`: an error unless every choice had
+    /// finished (vendors that stop after their finish chunk), which only the
+    /// reader of the chunks knows (`server/chat.rs`).
+    Incomplete(String),
 }
 
 impl std::error::Error for UpstreamError {}
@@ -36,6 +40,7 @@ impl std::fmt::Display for UpstreamError {
             UpstreamError::Timeout(m) => write!(f, "upstream timed out: {}", r.text(m)),
             UpstreamError::Status { status, error } => write!(f, "upstream error {status}: {}", r.text(&error.message)),
             UpstreamError::Protocol(m) => write!(f, "invalid upstream response: {}", r.text(m)),
+            UpstreamError::Incomplete(m) => write!(f, "upstream stream ended early: {}", r.text(m)),
         }
     }
 }
@@ -61,6 +66,14 @@ impl UpstreamError {
             UpstreamError::Protocol(m) => {
                 (StatusCode::BAD_GATEWAY, ErrorObject::new("api_error", m.clone()).with_code("bad_upstream_response"))
             }
+            UpstreamError::Incomplete(m) => (
+                StatusCode::BAD_GATEWAY,
+                ErrorObject::new(
+                    "api_connection_error",
+                    format!("The upstream stream ended before it was complete: {m}."),
+                )
+                .with_code("upstream_stream_incomplete"),
+            ),
             UpstreamError::Status { status, error } => {
                 (StatusCode::from_u16(*status).unwrap_or(StatusCode::BAD_GATEWAY), (**error).clone())
             }

@@ -156,7 +156,10 @@ pub enum Outcome {
 impl Outcome {
     pub fn of(e: &UpstreamError) -> Outcome {
         match e {
-            UpstreamError::Connect(_) | UpstreamError::Timeout(_) | UpstreamError::Protocol(_) => Outcome::Failure,
+            UpstreamError::Connect(_)
+            | UpstreamError::Timeout(_)
+            | UpstreamError::Protocol(_)
+            | UpstreamError::Incomplete(_) => Outcome::Failure,
             UpstreamError::Status { status, .. } if *status >= 500 => {
                 // Our own circuit-open refusal is not news about the upstream.
                 if is_circuit_open(e) { Outcome::Neutral } else { Outcome::Failure }
@@ -185,7 +188,8 @@ pub fn is_circuit_open(e: &UpstreamError) -> bool {
 /// Why an error is worth another attempt on the same upstream, if it is.
 fn retry_reason(e: &UpstreamError) -> Option<&'static str> {
     match e {
-        UpstreamError::Connect(_) => Some("connect"),
+        // A stream that ended before its first event is a dropped connection.
+        UpstreamError::Connect(_) | UpstreamError::Incomplete(_) => Some("connect"),
         UpstreamError::Status { .. } if is_circuit_open(e) => None,
         // An empty balance (402, or a vendor code mapped to it) answers the
         // same way however often it is asked; another provider may not.
@@ -201,7 +205,10 @@ fn retry_reason(e: &UpstreamError) -> Option<&'static str> {
 /// Whether the next provider of a fallback chain should be tried after `e`.
 pub fn falls_back(e: &UpstreamError) -> bool {
     match e {
-        UpstreamError::Connect(_) | UpstreamError::Timeout(_) | UpstreamError::Protocol(_) => true,
+        UpstreamError::Connect(_)
+        | UpstreamError::Timeout(_)
+        | UpstreamError::Protocol(_)
+        | UpstreamError::Incomplete(_) => true,
         // 401/403: this provider's key is wrong or out of credit; the
         // request itself may be fine elsewhere. 400/404/422 are the request's.
         UpstreamError::Status { status, .. } => matches!(status, 401 | 402 | 403 | 408 | 429) || *status >= 500,

@@ -1,36 +1,41 @@
 //! Reading an upstream SSE body: the `data` payloads in order, `[DONE]` as
-//! the end, an idle timeout between reads, and the events seen handed to a
-//! recording.
+//! the end, an idle timeout, a cap on one event's size, and the events seen
+//! handed to a recording.
 //!
 //! The body is cut into event-aligned pieces first (one memchr pass). A
 //! piece that is one event of one `data:` line — what vendors send for every
 //! chunk — is read right there, its payload being the line, provided the
 //! parser holds nothing from earlier pieces. Everything else (several data
 //! lines, `event:`/`id:` fields, comments, CR line ends, events split across
-//! reads) goes to eventsource-stream's parser, one parser per body, fed
-//! through a channel. The parser was the largest single cost of a proxied
-//! stream: it copies its remaining buffer for every line and builds several
-//! strings per event. The idle timer is armed once and moved only when it
-//! fires, not re-registered per read.
+//! reads) goes to [`Parser`], one per body, which reads each byte once: an
+//! event split over many reads costs its length (eventsource-stream, used
+//! before, scanned its whole buffer again on every read, so one 16 MB event
+//! took 31 s). The idle timer is armed once and moved only when it fires,
+//! not re-registered per read.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use crate::idle::Silence;
 use bytes::Bytes;
-use eventsource_stream::EventStream;
-use futures_util::{FutureExt, Stream, StreamExt};
+use futures_util::Stream;
 
 use super::UpstreamError;
 use super::record::Recording;
 use super::upstream::Events;
 
 /// `data` payloads of an SSE body. Comment lines and keep-alives are skipped;
-/// `[DONE]` ends the stream; a silence longer than `idle` ends it with a
-/// timeout error. A recording sees each event as it is passed on and is
-/// written when the body ends cleanly (a broken stream is not recorded).
-pub(super) fn events<S, E>(body: S, idle: Duration, rec: Option<Recording>) -> Events
+/// `[DONE]` ends the stream; a body that ends without it ends with
+/// [`UpstreamError::Incomplete`] (the reader of the chunks knows whether
+/// every choice had finished, which makes that a clean end). `idle` is the
+/// longest wait for the next complete line (a keep-alive comment counts; a
+/// trickle of bytes that completes nothing does not), and an event held
+/// longer than `max_event` bytes ends the stream with an error. A recording
+/// sees each event as it is passed on and is written when the body ends
+/// (a broken stream is not recorded).
+pub(super) fn events<S, E>(body: S, idle: Duration, max_event: usize, rec: Option<Recording>) -> Events
 where
     S: Stream<Item = Result<Bytes, E>> + Send + Unpin + 'static,
     E: std::fmt::Display + Send + 'static,
@@ -40,7 +45,8 @@ where
         read: Bytes::new(),
         parser: None,
         parsing: false,
-        fed_tail: Tail::default(),
+        started: false,
+        max_event,
         silence: Silence::new(idle),
         rec: rec.map(Box::new),
         state: State::Reading,
@@ -58,9 +64,9 @@ struct Payloads<S> {
     parser: Option<Box<Parser>>,
     /// The parser was given something since it last had nothing to give.
     parsing: bool,
-    /// The last bytes given to the parser: it holds nothing when they end
-    /// a blank line.
-    fed_tail: Tail,
+    /// Something was read (a byte-order mark counts only first).
+    started: bool,
+    max_event: usize,
     silence: Silence,
     /// Boxed: most streams are not recorded.
     rec: Option<Box<Recording>>,
@@ -89,10 +95,10 @@ where
                 return Poll::Ready(None);
             }
             if this.parsing {
-                match this.parser.as_mut().and_then(|p| p.next()) {
-                    Some(Ok(ev)) => {
+                match this.parser.as_mut().and_then(|p| p.ready.pop_front()) {
+                    Some(ev) => {
                         if let Some(r) = this.rec.as_mut() {
-                            r.event(&ev.event, &ev.data);
+                            r.event(ev.kind.as_deref().unwrap_or("message"), &ev.data);
                         }
                         match payload(&ev.data) {
                             Payload::Done => return this.end(),
@@ -100,23 +106,27 @@ where
                             Payload::Data => return Poll::Ready(Some(Ok(ev.data))),
                         }
                     }
-                    Some(Err(e)) => return this.fail(UpstreamError::Connect(format!("stream broken: {e}"))),
                     None => this.parsing = false,
                 }
             }
             if this.state == State::Draining {
-                return this.end();
+                return this.end_without_done();
             }
             if this.read.is_empty() {
                 match Pin::new(&mut this.body).poll_next(cx) {
-                    Poll::Ready(Some(Ok(read))) => {
-                        this.silence.touch();
+                    Poll::Ready(Some(Ok(mut read))) => {
+                        if !this.started && !read.is_empty() {
+                            this.started = true;
+                            if read.starts_with(BOM) {
+                                let _ = read.split_to(BOM.len());
+                            }
+                        }
                         this.read = read;
                     }
                     Poll::Ready(Some(Err(e))) => {
                         return this.fail(UpstreamError::Connect(format!("stream broken: {e}")));
                     }
-                    // The end of the body: the parser reads what it still holds.
+                    // The end of the body: the parser gives what it still holds.
                     Poll::Ready(None) => {
                         this.state = State::Draining;
                         if let Some(p) = this.parser.as_mut() {
@@ -135,9 +145,10 @@ where
                 continue;
             }
             let piece = next_piece(&mut this.read);
-            if this.fed_tail.ends_event()
+            if this.parser.as_ref().is_none_or(|p| p.is_idle())
                 && let Some(data) = one_data_line(&piece)
             {
+                this.silence.touch();
                 if let Some(r) = this.rec.as_mut() {
                     r.event("message", data);
                 }
@@ -148,9 +159,17 @@ where
                 }
                 continue;
             }
-            this.fed_tail.push(&piece);
-            this.parser.get_or_insert_with(|| Box::new(Parser::new())).push(piece);
-            this.parsing = true;
+            let max = this.max_event;
+            let parser = this.parser.get_or_insert_with(|| Box::new(Parser::new(max)));
+            match parser.push(&piece) {
+                Ok(lines) => {
+                    if lines {
+                        this.silence.touch();
+                    }
+                    this.parsing = true;
+                }
+                Err(e) => return this.fail(e),
+            }
         }
     }
 }
@@ -165,6 +184,13 @@ impl<S> Payloads<S> {
         Poll::Ready(None)
     }
 
+    /// The body ended without `[DONE]`: recorded as it came (vendors that
+    /// end after their finish chunk are fine), reported as the last item.
+    fn end_without_done(&mut self) -> Poll<Option<Result<String, UpstreamError>>> {
+        let _ = self.end::<()>();
+        Poll::Ready(Some(Err(UpstreamError::Incomplete("the stream ended without [DONE]".into()))))
+    }
+
     /// The last item: nothing is read after an error.
     fn fail(&mut self, e: UpstreamError) -> Poll<Option<Result<String, UpstreamError>>> {
         self.state = State::Ended;
@@ -173,37 +199,124 @@ impl<S> Payloads<S> {
     }
 }
 
-type Feed = Result<Bytes, std::convert::Infallible>;
+const BOM: &[u8] = "\u{feff}".as_bytes();
 
-/// eventsource-stream's parser, given pieces one at a time through a channel.
+/// One dispatched event.
+struct Event {
+    /// The `event:` field, when there was one.
+    kind: Option<String>,
+    data: String,
+}
+
+/// The event-stream grammar (WHATWG HTML, "Server-sent events"): lines end
+/// with LF, CR or CRLF; a blank line dispatches the event; `data:` lines
+/// are joined with LF; `:` lines are comments. Each byte is looked at once:
+/// a line's bytes are kept only while its end has not arrived.
 struct Parser {
-    feed: Option<futures_channel::mpsc::UnboundedSender<Feed>>,
-    events: EventStream<futures_channel::mpsc::UnboundedReceiver<Feed>>,
+    /// The line whose end has not arrived yet.
+    line: Vec<u8>,
+    /// The last byte given was a CR: an LF first in the next piece ends nothing.
+    after_cr: bool,
+    kind: Option<String>,
+    /// The data lines so far, each followed by LF.
+    data: String,
+    ready: VecDeque<Event>,
+    /// The most bytes one event may hold (line and data together).
+    max: usize,
 }
 
 impl Parser {
-    fn new() -> Self {
-        let (feed, fed) = futures_channel::mpsc::unbounded();
-        Parser { feed: Some(feed), events: EventStream::new(fed) }
+    fn new(max: usize) -> Self {
+        Parser { line: Vec::new(), after_cr: false, kind: None, data: String::new(), ready: VecDeque::new(), max }
     }
 
-    fn push(&mut self, piece: Bytes) {
-        if let Some(f) = &self.feed {
-            // The receiver lives in `events`, as long as the sender.
-            let _ = f.unbounded_send(Ok(piece));
+    /// Nothing held from earlier pieces: the next piece starts a line and an event.
+    fn is_idle(&self) -> bool {
+        self.line.is_empty() && !self.after_cr && self.data.is_empty() && self.kind.is_none()
+    }
+
+    /// Reads a piece; true when it completed a line.
+    fn push(&mut self, mut b: &[u8]) -> Result<bool, UpstreamError> {
+        if self.after_cr && !b.is_empty() {
+            self.after_cr = false;
+            if let Some(rest) = b.strip_prefix(b"\n") {
+                b = rest;
+            }
         }
+        let mut lines = false;
+        while let Some(i) = memchr::memchr2(b'\n', b'\r', b) {
+            if self.line.is_empty() {
+                self.take_line(&b[..i])?;
+            } else {
+                let mut line = std::mem::take(&mut self.line);
+                line.extend_from_slice(&b[..i]);
+                let r = self.take_line(&line);
+                line.clear();
+                self.line = line;
+                r?;
+            }
+            lines = true;
+            let end = if b[i] == b'\r' && b.get(i + 1) == Some(&b'\n') { i + 2 } else { i + 1 };
+            self.after_cr = b[i] == b'\r' && i + 1 == b.len();
+            b = &b[end..];
+        }
+        self.line.extend_from_slice(b);
+        self.check()?;
+        Ok(lines)
     }
 
-    /// No more pieces: the parser reads what it still holds.
+    /// The body ended: an event whose blank line never came is still given
+    /// (a last `data: [DONE]` without its blank line ends the stream).
     fn close(&mut self) {
-        self.feed = None;
+        if !self.line.is_empty() {
+            let line = std::mem::take(&mut self.line);
+            // Its size was checked as it came; a line that is not UTF-8 is dropped.
+            let _ = self.take_line(&line);
+        }
+        let _ = self.take_line(b"");
     }
 
-    /// The next event in what it was given, without waiting for more.
-    fn next(
-        &mut self,
-    ) -> Option<Result<eventsource_stream::Event, eventsource_stream::EventStreamError<std::convert::Infallible>>> {
-        self.events.next().now_or_never().flatten()
+    fn take_line(&mut self, line: &[u8]) -> Result<(), UpstreamError> {
+        if line.is_empty() {
+            if self.data.is_empty() {
+                self.kind = None;
+                return Ok(());
+            }
+            let mut data = std::mem::take(&mut self.data);
+            data.pop();
+            self.ready.push_back(Event { kind: self.kind.take(), data });
+            return Ok(());
+        }
+        if line[0] == b':' {
+            return Ok(());
+        }
+        let line = std::str::from_utf8(line)
+            .map_err(|_| UpstreamError::Protocol("stream broken: an event is not UTF-8".into()))?;
+        let (field, value) = match line.split_once(':') {
+            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
+            None => (line, ""),
+        };
+        match field {
+            "data" => {
+                self.data.push_str(value);
+                self.data.push('\n');
+                self.check()?;
+            }
+            "event" => self.kind = Some(value.to_string()),
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn check(&self) -> Result<(), UpstreamError> {
+        let held = self.line.len() + self.data.len();
+        if held > self.max {
+            return Err(UpstreamError::Protocol(format!(
+                "an upstream event is larger than the limit of {} bytes ([limits] max_answer_bytes)",
+                self.max
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -235,32 +348,10 @@ fn one_data_line(piece: &[u8]) -> Option<&str> {
     std::str::from_utf8(rest).ok()
 }
 
-/// The last three bytes fed to the parser.
-#[derive(Default)]
-struct Tail {
-    bytes: [u8; 3],
-    len: usize,
-}
-
-impl Tail {
-    fn push(&mut self, piece: &[u8]) {
-        for b in piece.iter().skip(piece.len().saturating_sub(3)) {
-            self.bytes = [self.bytes[1], self.bytes[2], *b];
-            self.len = (self.len + 1).min(3);
-        }
-    }
-
-    /// Nothing fed yet, or the bytes end with a blank line the parser has
-    /// read (LF or CRLF line ends; a trailing CR waits for the next byte).
-    fn ends_event(&self) -> bool {
-        let t = &self.bytes[3 - self.len..];
-        self.len == 0 || [&b"\n\n"[..], b"\n\r\n", b"\r\r\n"].iter().any(|end| t.ends_with(end))
-    }
-}
-
 /// The next piece of a read: up to and including its first blank line
 /// (`\n\n` or `\n\r\n`), or all of it. Cutting never changes what the parser
-/// reads (it buffers across pieces); the pieces share the read's memory.
+/// reads (it keeps what is unfinished across pieces); the pieces share the
+/// read's memory.
 fn next_piece(rest: &mut Bytes) -> Bytes {
     let b = &rest[..];
     let mut from = 0;
@@ -281,6 +372,7 @@ fn next_piece(rest: &mut Bytes) -> Bytes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures_util::StreamExt;
 
     fn pieces(s: &str) -> Vec<String> {
         let mut read = Bytes::copy_from_slice(s.as_bytes());
@@ -302,12 +394,13 @@ mod tests {
 
     #[test]
     fn the_parser_is_idle_after_a_blank_line() {
-        let tail = |parts: &[&str]| {
-            let mut t = Tail::default();
-            for p in parts {
-                t.push(p.as_bytes());
+        let idle = |parts: &[&str]| {
+            let mut p = Parser::new(1 << 20);
+            for part in parts {
+                p.push(part.as_bytes()).expect("parses");
             }
-            t.ends_event()
+            p.ready.clear();
+            p.is_idle()
         };
         for yes in [
             &[][..],
@@ -317,10 +410,12 @@ mod tests {
             &["data: a\r\r\n"],
             &["\n", "\n"],
         ] {
-            assert!(tail(yes), "{yes:?}");
+            assert!(idle(yes), "{yes:?}");
         }
-        for no in [&["data: a\n"][..], &["data: a\r\n"], &["data: a"], &["data: a\r\r"], &["data: a\n\r"], &["\n"]] {
-            assert!(!tail(no), "{no:?}");
+        for no in
+            [&["data: a\n"][..], &["data: a\r\n"], &["data: a"], &["data: a\r\r"], &["data: a\n\r"], &["event: x\n"]]
+        {
+            assert!(!idle(no), "{no:?}");
         }
     }
 
@@ -343,7 +438,7 @@ mod tests {
         for size in 1..body.len() {
             let reads: Vec<Result<Bytes, std::convert::Infallible>> =
                 body.as_bytes().chunks(size).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
-            let got: Vec<String> = events(futures_util::stream::iter(reads), Duration::from_secs(5), None)
+            let got: Vec<String> = events(futures_util::stream::iter(reads), Duration::from_secs(5), 1 << 20, None)
                 .map(|r| r.unwrap_or_else(|e| e.to_string()))
                 .collect()
                 .await;
@@ -360,13 +455,13 @@ mod tests {
     #[tokio::test]
     async fn the_body_is_not_read_after_done_or_an_error() {
         let done = then_unread(vec![Ok(Bytes::from_static(b"data: 1\n\ndata: [DONE]\n\n"))]);
-        let got: Vec<_> = events(done, Duration::from_secs(5), None).collect().await;
+        let got: Vec<_> = events(done, Duration::from_secs(5), 1 << 20, None).collect().await;
         assert!(matches!(&got[..], [Ok(d)] if d == "1"));
 
         // The parser's path (an event split across reads), then a broken body.
         let split = [&b"data: 1\n"[..], b"\n"].map(|b| Ok(Bytes::from_static(b)));
         let broken = then_unread(split.into_iter().chain([Err("reset".to_string())]).collect());
-        let got: Vec<_> = events(broken, Duration::from_secs(5), None).collect().await;
+        let got: Vec<_> = events(broken, Duration::from_secs(5), 1 << 20, None).collect().await;
         let ok = matches!(&got[..], [Ok(d), Err(UpstreamError::Connect(e))] if d == "1" && e.contains("reset"));
         assert!(ok, "{got:?}");
     }
@@ -376,9 +471,84 @@ mod tests {
         let body = futures_util::stream::iter([Ok::<_, std::convert::Infallible>(Bytes::from_static(b"data: 1\n\n"))])
             .chain(futures_util::stream::pending());
         // `take`: a stream that went on after its error would fail here, not hang.
-        let got: Vec<_> = events(body, Duration::from_secs(2), None).take(3).collect().await;
+        let got: Vec<_> = events(body, Duration::from_secs(2), 1 << 20, None).take(3).collect().await;
         assert_eq!(got.len(), 2);
         assert!(matches!(&got[0], Ok(d) if d == "1"));
         assert!(matches!(&got[1], Err(UpstreamError::Timeout(_))));
+    }
+
+    type Reads = futures_util::stream::Iter<std::vec::IntoIter<Result<Bytes, std::convert::Infallible>>>;
+
+    fn body_of(reads: Vec<&[u8]>) -> Reads {
+        futures_util::stream::iter(reads.into_iter().map(|r| Ok(Bytes::copy_from_slice(r))).collect::<Vec<_>>())
+    }
+
+    /// One 4 MiB event in 256-byte reads: each byte is looked at once.
+    /// eventsource-stream scanned its whole buffer again on every read
+    /// (here 16,384 reads of 2 MiB on average; 31 s for one 16 MB event).
+    #[tokio::test]
+    async fn a_huge_event_in_small_reads_is_read_once() {
+        const SIZE: usize = 4 << 20;
+        let mut body = b"data: ".to_vec();
+        body.resize(6 + SIZE, b'x');
+        body.extend_from_slice(b"\n\ndata: [DONE]\n\n");
+        let got: Vec<_> =
+            events(body_of(body.chunks(256).collect()), Duration::from_secs(5), 8 << 20, None).collect().await;
+        assert_eq!(got.len(), 1);
+        assert!(matches!(&got[0], Ok(d) if d.len() == SIZE && d.starts_with("xxx") && d.ends_with("xxx")));
+    }
+
+    #[tokio::test]
+    async fn an_event_over_the_cap_ends_the_stream_without_reading_on() {
+        let endless = futures_util::stream::iter([Ok::<_, std::convert::Infallible>(Bytes::from_static(b"data: "))])
+            .chain(futures_util::stream::repeat_with(|| Ok(Bytes::from_static(&[b'z'; 512]))));
+        let got: Vec<_> = events(endless, Duration::from_secs(5), 4096, None).take(2).collect().await;
+        let ok = matches!(&got[..], [Err(UpstreamError::Protocol(m))] if m.contains("max_answer_bytes"));
+        assert!(ok, "{got:?}");
+        // Many lines of one event count together.
+        let lines = futures_util::stream::repeat_with(|| {
+            Ok::<_, std::convert::Infallible>(Bytes::from_static(b"data: 0123456789\n"))
+        });
+        let got: Vec<_> = events(lines, Duration::from_secs(5), 4096, None).take(2).collect().await;
+        assert!(matches!(&got[..], [Err(UpstreamError::Protocol(_))]), "{got:?}");
+    }
+
+    /// Without `[DONE]` the body's end is reported (the chunk reader decides
+    /// whether it was complete); an event whose blank line never came is given.
+    #[tokio::test]
+    async fn a_body_that_ends_without_done_says_so() {
+        let read = |reads: Vec<&'static [u8]>| async move {
+            events(body_of(reads), Duration::from_secs(5), 1 << 20, None)
+                .map(|r| r.map_err(|e| matches!(e, UpstreamError::Incomplete(_))))
+                .collect::<Vec<_>>()
+                .await
+        };
+        assert_eq!(read(vec![b"data: 1\n\n"]).await, [Ok("1".to_string()), Err(true)]);
+        assert_eq!(read(vec![b"data: 1\n\ndata: 2"]).await, [Ok("1".to_string()), Ok("2".to_string()), Err(true)]);
+        assert_eq!(read(vec![b"data: 1\n\ndata: [DONE]"]).await, [Ok("1".to_string())]);
+        assert_eq!(read(vec![b"data: [DONE]\r"]).await, []);
+        assert_eq!(read(vec![]).await, [Err(true)]);
+        assert_eq!(read(vec!["\u{feff}data: bom\n\ndata: [DONE]\n\n".as_bytes()]).await, [Ok("bom".to_string())]);
+    }
+
+    /// Bytes that complete no line do not keep a stream alive.
+    #[tokio::test(start_paused = true)]
+    async fn a_trickle_that_completes_nothing_is_idle() {
+        let first =
+            futures_util::stream::iter([Ok::<_, std::convert::Infallible>(Bytes::from_static(b"data: 1\n\ndata: {"))]);
+        let drip = Box::pin(futures_util::stream::unfold((), |()| async {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            Some((Ok(Bytes::from_static(b"x")), ()))
+        }));
+        let got: Vec<_> = events(first.chain(drip), Duration::from_secs(2), 1 << 20, None).take(3).collect().await;
+        assert!(matches!(&got[..], [Ok(d), Err(UpstreamError::Timeout(_))] if d == "1"), "{got:?}");
+        // Keep-alive comment lines do keep it alive.
+        let alive = Box::pin(futures_util::stream::unfold(0, |n| async move {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let read = if n < 10 { &b": keep-alive\n"[..] } else { &b"data: 2\n\ndata: [DONE]\n\n"[..] };
+            (n <= 10).then(|| (Ok::<_, std::convert::Infallible>(Bytes::from_static(read)), n + 1))
+        }));
+        let got: Vec<_> = events(alive, Duration::from_secs(2), 1 << 20, None).collect().await;
+        assert!(matches!(&got[..], [Ok(d)] if d == "2"), "{got:?}");
     }
 }

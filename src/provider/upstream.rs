@@ -109,6 +109,8 @@ pub struct Upstream {
     id: u64,
     direct: super::direct::Connector,
     recorder: Option<Arc<Recorder>>,
+    /// The most bytes of one answer read (`[limits] max_answer_bytes`).
+    max_answer: usize,
 }
 
 /// A serving thread's reqwest client, by `Upstream::id` and whether it
@@ -164,7 +166,14 @@ impl Upstream {
             id,
             direct: super::direct::Connector::new(connect_timeout),
             recorder: None,
+            max_answer: 64 * 1024 * 1024,
         })
+    }
+
+    /// Caps what is read of one answer: a JSON body, one SSE event.
+    pub fn with_max_answer_bytes(mut self, max: usize) -> Self {
+        self.max_answer = max;
+        self
     }
 
     /// This thread's reqwest client (see [`use_thread_clients`]), else the
@@ -252,21 +261,23 @@ impl Upstream {
         if (300..400).contains(&status) {
             return Err(redirected(p, &resp, rec).await);
         }
+        encoded(p, resp.headers())?;
         if status >= 400 {
             let retry_after = super::resilience::retry_after(resp.headers());
-            let bytes = read(resp, rec).await?;
+            let bytes = self.read(p, resp, rec).await?;
             return Err(super::resilience::with_retry_after(map_error(&p.profile, status, &bytes), retry_after));
         }
-        let idle = Duration::from_secs_f64(p.upstream.idle_timeout_secs);
+        let idle = crate::server::limits::secs(p.upstream.idle_timeout_secs);
         if is_sse {
-            return Ok(Reply::Events(super::sse_in::events(resp.into_body().into_data_stream(), idle, rec)));
+            let body = resp.into_body().into_data_stream();
+            return Ok(Reply::Events(super::sse_in::events(body, idle, self.max_answer, rec)));
         }
-        let bytes = read(resp, rec).await?;
+        let bytes = self.read(p, resp, rec).await?;
         if looks_like_sse(&bytes) {
             // A stream served under the wrong content type (seen behind
             // misconfigured gateways): parse it as what it is.
             let body = futures_util::stream::iter([Ok::<_, std::convert::Infallible>(bytes)]);
-            return Ok(Reply::Events(super::sse_in::events(body, idle, None)));
+            return Ok(Reply::Events(super::sse_in::events(body, idle, self.max_answer, None)));
         }
         let body = JsonBody(bytes);
         // Errors sent with a 200 (`base_resp`, `error_code`, `error` bodies)
@@ -299,7 +310,8 @@ impl Upstream {
         if (300..400).contains(&status) {
             return Err(redirected(p, &resp, rec).await);
         }
-        let bytes = read(resp, rec).await?;
+        encoded(p, resp.headers())?;
+        let bytes = self.read(p, resp, rec).await?;
         if status >= 400 {
             return Err(map_error(&p.profile, status, &bytes));
         }
@@ -378,13 +390,46 @@ async fn redirected(p: &Provider, resp: &Answer, rec: Option<Recording>) -> Upst
     UpstreamError::Protocol(format!("{} answered HTTP {status}, a redirect to {to}; not followed: {why}", p.name))
 }
 
-/// Reads a whole body (and records it).
-async fn read(resp: Answer, rec: Option<Recording>) -> Result<Bytes, UpstreamError> {
-    let bytes = resp.into_body().collect().await.map_err(|e| UpstreamError::Connect(error_chain(&*e)))?.to_bytes();
-    if let Some(r) = rec {
-        r.body(&bytes);
+impl Upstream {
+    /// Reads a whole body (and records it): at most `max_answer` bytes, all
+    /// of it within the provider's `idle_timeout_secs` of the headers (an
+    /// upstream that sends its headers and then nothing, or trickles, is
+    /// not waited on for ever).
+    async fn read(&self, p: &Provider, resp: Answer, rec: Option<Recording>) -> Result<Bytes, UpstreamError> {
+        let limit = crate::server::limits::secs(p.upstream.idle_timeout_secs);
+        let body = http_body_util::Limited::new(resp.into_body(), self.max_answer);
+        let bytes = match tokio::time::timeout(limit, body.collect()).await {
+            Err(_) => {
+                return Err(UpstreamError::Timeout(format!("{} sent no whole body within {limit:?}", p.name)));
+            }
+            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+                return Err(UpstreamError::Protocol(format!(
+                    "{}: the answer is larger than the limit of {} bytes ([limits] max_answer_bytes)",
+                    p.name, self.max_answer
+                )));
+            }
+            Ok(Err(e)) => return Err(UpstreamError::Connect(error_chain(&*e))),
+            Ok(Ok(b)) => b.to_bytes(),
+        };
+        if let Some(r) = rec {
+            r.body(&bytes);
+        }
+        Ok(bytes)
     }
-    Ok(bytes)
+}
+
+/// A body in a content coding: never asked for (no `Accept-Encoding` is
+/// sent) and never decoded, so it is refused rather than read as garbage.
+fn encoded(p: &Provider, headers: &HeaderMap) -> Result<(), UpstreamError> {
+    match headers.get(http::header::CONTENT_ENCODING).map(HeaderValue::as_bytes) {
+        None => Ok(()),
+        Some(v) if v.eq_ignore_ascii_case(b"identity") => Ok(()),
+        Some(v) => Err(UpstreamError::Protocol(format!(
+            "{} sent a body with content-encoding {}, which was not asked for",
+            p.name,
+            String::from_utf8_lossy(v)
+        ))),
+    }
 }
 
 fn looks_like_sse(body: &[u8]) -> bool {

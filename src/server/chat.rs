@@ -48,8 +48,9 @@ pub async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Byte
     if client_stream {
         return Ok(match started {
             // The stream's own path, so plain content deltas can be forwarded as they came.
+            // Nothing of it is held, so no cap on its size.
             Started::Stream { events, first, norm, conversation } => {
-                sse(outs(events, first, norm, memo(&s, conversation)))
+                sse(outs(events, first, norm, memo(&s, conversation), usize::MAX))
             }
             whole => sse(whole.chunks(&s)),
         });
@@ -124,7 +125,7 @@ impl Started {
                 futures_util::stream::once(async move { chunk }).boxed()
             }
             Started::Stream { events, first, norm, conversation } => {
-                normalized(events, first, norm, memo(s, conversation)).boxed()
+                normalized(events, first, norm, memo(s, conversation), s.edge.limits.max_answer_bytes).boxed()
             }
         }
     }
@@ -289,8 +290,9 @@ pub(crate) enum Out {
 /// An upstream stream through the normalizer. The upstream is read only as
 /// fast as the client takes chunks (backpressure), and dropping the stream
 /// (client gone) drops the upstream connection.
-fn outs(events: Events, first: Option<Out>, norm: Normalizer, memo: Option<Memo>) -> Outs {
-    Outs::new(events, first, norm, memo)
+/// `max` caps the payload bytes read, for a reader that holds the answer.
+fn outs(events: Events, first: Option<Out>, norm: Normalizer, memo: Option<Memo>, max: usize) -> Outs {
+    Outs::new(events, first, norm, memo, max)
 }
 
 /// Where and under which conversation a stream's reasoning is remembered.
@@ -318,6 +320,10 @@ struct Outs {
     /// Where the reasoning of turns that made calls is remembered (none:
     /// nowhere, the caller keeps it).
     memo: Option<Memo>,
+    /// Payload bytes read so far, and the most an answer may have when its
+    /// reader holds it (assembled, stored, or the agent loop's history).
+    read: usize,
+    max: usize,
     state: OutsState,
 }
 
@@ -332,7 +338,7 @@ enum OutsState {
 }
 
 impl Outs {
-    fn new(events: Events, first: Option<Out>, mut norm: Normalizer, memo: Option<Memo>) -> Self {
+    fn new(events: Events, first: Option<Out>, mut norm: Normalizer, memo: Option<Memo>, max: usize) -> Self {
         // Room for one chunk: most upstream chunks make one or none.
         let mut ready = Vec::with_capacity(1);
         let mut same = None;
@@ -341,7 +347,7 @@ impl Outs {
             Some(Out::Same(wire)) => same = Some(wire),
             None => {}
         }
-        Outs { events, norm, ready, same, memo, state: OutsState::Reading }
+        Outs { events, norm, ready, same, memo, read: 0, max, state: OutsState::Reading }
     }
 }
 
@@ -376,33 +382,53 @@ impl Stream for Outs {
                 return Poll::Ready(None);
             }
             match std::task::ready!(this.events.poll_next_unpin(cx)) {
-                Some(Ok(data)) => match read(&mut this.norm, data) {
-                    Ok(Out::Chunk(c)) => refill(&mut this.ready, |r| this.norm.push(c, r)),
-                    same @ Ok(Out::Same(_)) => return Poll::Ready(Some(same)),
-                    Err(e) => {
-                        this.state = OutsState::Ended;
-                        return Poll::Ready(Some(Err(e)));
+                Some(Ok(data)) => {
+                    this.read += data.len();
+                    let made = if this.read > this.max { Err(too_large(this.max)) } else { read(&mut this.norm, data) };
+                    match made {
+                        Ok(Out::Chunk(c)) => refill(&mut this.ready, |r| this.norm.push(c, r)),
+                        same @ Ok(Out::Same(_)) => return Poll::Ready(Some(same)),
+                        Err(e) => {
+                            this.state = OutsState::Ended;
+                            return Poll::Ready(Some(Err(e)));
+                        }
                     }
-                },
+                }
+                // Some vendors end after their finish chunk without `[DONE]`;
+                // a stream that ends before that is cut, not finished.
+                Some(Err(UpstreamError::Incomplete(_))) if this.norm.all_finished() => this.end(),
                 Some(Err(e)) => {
                     this.state = OutsState::Ended;
                     return Poll::Ready(Some(Err(e)));
                 }
-                None => {
-                    refill(&mut this.ready, |r| this.norm.finish(r));
-                    let captures = this.norm.captures();
-                    this.state = match this.memo.take() {
-                        Some(Memo { store, ttl, conversation }) if !captures.is_empty() => {
-                            OutsState::Remembering(Box::pin(async move {
-                                crate::reasoning::remember(store.as_ref(), ttl, &conversation, &captures).await;
-                            }))
-                        }
-                        _ => OutsState::Ended,
-                    };
-                }
+                None => this.end(),
             }
         }
     }
+}
+
+impl Outs {
+    /// The upstream ended: the last chunks are made, and the reasoning seen
+    /// is stored before they go out.
+    fn end(&mut self) {
+        refill(&mut self.ready, |r| self.norm.finish(r));
+        let captures = self.norm.captures();
+        self.state = match self.memo.take() {
+            Some(Memo { store, ttl, conversation }) if !captures.is_empty() => {
+                OutsState::Remembering(Box::pin(async move {
+                    crate::reasoning::remember(store.as_ref(), ttl, &conversation, &captures).await;
+                }))
+            }
+            _ => OutsState::Ended,
+        };
+    }
+}
+
+/// An answer over `[limits] max_answer_bytes`.
+pub(crate) fn too_large(max: usize) -> UpstreamError {
+    UpstreamError::Protocol(format!(
+        "The upstream's answer is larger than the limit of {max} bytes ([limits] max_answer_bytes)."
+    ))
 }
 
 /// An upstream payload as the normalizer takes it: sent on as it came (see
@@ -414,14 +440,16 @@ fn read(norm: &mut Normalizer, data: String) -> Result<Out, UpstreamError> {
     }
 }
 
-/// Normalized chunks of an upstream stream (see [`outs`]).
+/// Normalized chunks of an upstream stream (see [`outs`]), for readers that
+/// hold them: at most `max_answer_bytes` of payloads.
 pub(crate) fn normalized(
     events: Events,
     first: Option<Out>,
     norm: Normalizer,
     memo: Option<Memo>,
+    max: usize,
 ) -> impl Stream<Item = Result<Chunk, UpstreamError>> + Send {
-    outs(events, first, norm, memo).map(|o| match o? {
+    outs(events, first, norm, memo, max).map(|o| match o? {
         Out::Chunk(c) => Ok(c),
         // Forwarded, so the payload is its own normalized chunk.
         Out::Same(data) => parse_chunk(&data),
@@ -521,7 +549,7 @@ mod tests {
         let mut norm = Normalizer::new(settings());
         let first = read(&mut norm, chunk(json!({"role": "assistant", "content": ""}), None)).ok();
         let memo = Memo { store, ttl: std::time::Duration::from_secs(60), conversation: Chain::new(None) };
-        let outs = Outs::new(events, first, norm, Some(memo));
+        let outs = Outs::new(events, first, norm, Some(memo), 1 << 20);
         outs.map(|o| {
             o.map(|o| match o {
                 Out::Chunk(c) => serde_json::to_value(c).unwrap_or_default(),

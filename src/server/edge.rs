@@ -40,12 +40,15 @@ pub struct Edge {
     pub cut: CancellationToken,
     /// Every request in flight (streams until their last byte).
     pub tracker: TaskTracker,
+    /// Open connections per client address (`serve`).
+    pub peers: Arc<super::shutdown::Peers>,
 }
 
 impl Edge {
     pub fn new(auth: Auth, limits: LimitsConfig) -> Self {
         let global = limits.max_concurrent.filter(|n| *n > 0).map(|n| Arc::new(Semaphore::new(n as usize)));
-        Edge { auth, limits, global, cut: CancellationToken::new(), tracker: TaskTracker::new() }
+        let peers = super::shutdown::Peers::new(limits.max_connections_per_ip);
+        Edge { auth, limits, global, cut: CancellationToken::new(), tracker: TaskTracker::new(), peers }
     }
 }
 
@@ -180,6 +183,19 @@ fn too_large(max: usize) -> Response {
     )
 }
 
+/// A body not sent within `body_read_timeout_secs`: refused, so a slow
+/// upload does not hold its concurrency slots (the connection is closed, as
+/// its body was not read to the end).
+fn too_slow(limit: std::time::Duration) -> Response {
+    crate::metrics::refused("body_timeout");
+    error(
+        StatusCode::REQUEST_TIMEOUT,
+        "invalid_request_error",
+        "request_timeout",
+        format!("The request body did not arrive within {limit:?}."),
+    )
+}
+
 /// The middleware, as the router's layer.
 pub async fn guard(State(s): State<Shared>, req: Request, next: Next) -> Response {
     around(s, req, |req| next.run(req)).await
@@ -255,7 +271,12 @@ where
         if declared.is_some_and(|n| n > max) {
             return too_large(max);
         }
-        let bytes: Bytes = match axum::body::to_bytes(body, max).await {
+        let limit = edge.limits.body_read_timeout();
+        let read = match tokio::time::timeout(limit, axum::body::to_bytes(body, max)).await {
+            Ok(r) => r,
+            Err(_) => return too_slow(limit),
+        };
+        let bytes: Bytes = match read {
             Ok(b) => b,
             Err(e) => {
                 // to_bytes fails for the limit or a broken client body.

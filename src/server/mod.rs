@@ -66,8 +66,9 @@ impl AppState {
         record: Option<&Path>,
     ) -> Result<Shared, ConfigError> {
         let providers = Providers::resolve(config, profiles)?;
-        let mut upstream = Upstream::new(Duration::from_secs_f64(config.upstream.connect_timeout_secs))
-            .map_err(ConfigError::Invalid)?;
+        let mut upstream = Upstream::new(limits::secs(config.upstream.connect_timeout_secs))
+            .map_err(ConfigError::Invalid)?
+            .with_max_answer_bytes(config.limits.max_answer_bytes);
         // Every provider key and proxy key, redacted wherever text leaves
         // the process (crate::redact).
         let mut secrets: Vec<String> = providers.iter().filter_map(|p| p.api_key().map(str::to_string)).collect();
@@ -130,7 +131,7 @@ pub struct App {
     router: Router,
 }
 
-type HotFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response, Infallible>> + Send>>;
+pub(crate) type HotFuture = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Response, Infallible>> + Send>>;
 
 impl<B> tower_service::Service<axum::http::Request<B>> for App
 where

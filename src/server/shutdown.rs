@@ -10,8 +10,11 @@
 //! and its own upstream connection pool, so a request is accepted, proxied
 //! and answered on one thread, with no cross-thread wake-up on its path.
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -102,10 +105,14 @@ async fn accept(
     stop: impl Future<Output = ()>,
 ) -> hyper_util::server::graceful::GracefulShutdown {
     let app = app(state.clone());
+    let header_timeout = state.edge.limits.header_read_timeout();
     let mut h1 = hyper::server::conn::http1::Builder::new();
-    h1.max_buf_size(MAX_HEAD);
-    let h2 = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
-    let builders = std::sync::Arc::new((h1, h2));
+    // The header timeout also closes a keep-alive connection idle that long.
+    h1.max_buf_size(MAX_HEAD).timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(header_timeout);
+    let mut h2 = hyper::server::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new());
+    // One head limit for both protocols (HTTP/1.1 answers 431 above it).
+    h2.max_header_list_size(MAX_HEAD as u32).timer(hyper_util::rt::TokioTimer::new());
+    let builders = Arc::new((h1, h2));
     let open = hyper_util::server::graceful::GracefulShutdown::new();
     // Connections still waiting for their first bytes when `stop` comes
     // are closed at once (they are not watched yet).
@@ -113,11 +120,11 @@ async fn accept(
     let _closed = closing.clone().drop_guard();
     let mut stop = std::pin::pin!(stop);
     loop {
-        let mut tcp = tokio::select! {
+        let (mut tcp, peer) = tokio::select! {
             biased;
             () = &mut stop => return open,
             r = listener.accept() => match r {
-                Ok((tcp, _)) => tcp,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Per-connection failures (reset before accept) are
                     // nothing; others (out of file descriptors) are waited out.
@@ -134,26 +141,122 @@ async fn accept(
                 }
             },
         };
+        let Some(slot) = state.edge.peers.admit(peer.ip()) else {
+            tracing::debug!(peer = %peer.ip(), "too many connections from one address: closed");
+            continue;
+        };
         no_delay(&mut tcp);
         let service = app.clone();
         let (builders, watcher, closing) = (builders.clone(), open.watcher(), closing.clone());
         tokio::spawn(async move {
+            let _slot = slot;
+            // A connection that sends nothing is closed after the header timeout.
             let proto = tokio::select! {
                 biased;
                 () = closing.cancelled() => return,
-                p = sniff(&tcp) => p,
+                p = tokio::time::timeout(header_timeout, sniff(&tcp)) => match p {
+                    Ok(p) => p,
+                    Err(_) => return,
+                },
             };
             let io = hyper_util::rt::TokioIo::new(tcp);
             let (h1, h2) = &*builders;
             let r = match proto {
                 Proto::H1 => watcher.watch(h1.serve_connection(io, service)).await,
                 // Boxed, so the task is sized for the common HTTP/1.1 connection.
-                Proto::H2 => Box::pin(watcher.watch(h2.serve_connection(io, service))).await,
+                Proto::H2 => {
+                    let seen = Arc::new(AtomicBool::new(false));
+                    let service = Seen { app: service, seen: seen.clone() };
+                    let mut conn = Box::pin(watcher.watch(h2.serve_connection(io, service)));
+                    tokio::select! {
+                        r = &mut conn => r,
+                        // HTTP/2 has no header timeout of its own: a
+                        // connection that opens no stream in time is closed.
+                        () = unused(seen, header_timeout) => return,
+                    }
+                }
             };
             if let Err(e) = r {
                 tracing::trace!("connection ended: {e}");
             }
         });
+    }
+}
+
+/// Completes when `seen` is still false after `limit`; never otherwise.
+async fn unused(seen: Arc<AtomicBool>, limit: Duration) {
+    tokio::time::sleep(limit).await;
+    if seen.load(Ordering::Relaxed) {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// [`super::App`] noting that its HTTP/2 connection made a request.
+struct Seen {
+    app: super::App,
+    seen: Arc<AtomicBool>,
+}
+
+impl hyper::service::Service<axum::http::Request<hyper::body::Incoming>> for Seen {
+    type Response = axum::response::Response;
+    type Error = std::convert::Infallible;
+    type Future = super::HotFuture;
+
+    fn call(&self, req: axum::http::Request<hyper::body::Incoming>) -> Self::Future {
+        self.seen.store(true, Ordering::Relaxed);
+        hyper::service::Service::call(&self.app, req)
+    }
+}
+
+/// Open connections per client address, shared by the serving threads
+/// (`[limits] max_connections_per_ip`; IPv6 counted per /64, what one
+/// client is usually given).
+pub struct Peers {
+    max: u32,
+    open: Mutex<HashMap<IpAddr, u32>>,
+}
+
+impl Peers {
+    pub fn new(max: u32) -> Arc<Self> {
+        Arc::new(Peers { max, open: Mutex::new(HashMap::new()) })
+    }
+
+    /// A slot for one more connection from `ip`, held until dropped; `None`
+    /// when that address has all of its slots.
+    pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<PeerSlot> {
+        if self.max == 0 {
+            return Some(PeerSlot { peers: None, ip });
+        }
+        let ip = match ip.to_canonical() {
+            IpAddr::V6(v6) => IpAddr::V6(std::net::Ipv6Addr::from_bits(v6.to_bits() & !u128::from(u64::MAX))),
+            v4 => v4,
+        };
+        let mut open = self.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = open.entry(ip).or_insert(0);
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot { peers: Some(self.clone()), ip })
+    }
+}
+
+/// One connection's place in [`Peers`].
+pub struct PeerSlot {
+    peers: Option<Arc<Peers>>,
+    ip: IpAddr,
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let Some(peers) = &self.peers else { return };
+        let mut open = peers.open.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
+        }
     }
 }
 

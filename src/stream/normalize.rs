@@ -456,6 +456,12 @@ impl Normalizer {
             .collect()
     }
 
+    /// Every choice the upstream opened has its finish reason (a stream
+    /// that ends here without `[DONE]` is complete).
+    pub fn all_finished(&self) -> bool {
+        !self.choices.is_empty() && self.choices.iter().all(|c| c.done)
+    }
+
     /// Ends the response: choices the upstream never finished are finished,
     /// held finish chunks are released, and usage is attached: as a final
     /// `choices: []` chunk when the client asked for `include_usage`, else on
