@@ -424,13 +424,11 @@ impl Drop for Child {
     }
 }
 
-#[tokio::test]
-async fn mcp_streamable_http_tool_is_called_through_a_real_server() {
-    let script = mcp_everything::script();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let _server = Child(
+/// server-everything over Streamable HTTP on `port`, once it accepts.
+async fn http_everything(port: u16) -> Child {
+    let child = Child(
         std::process::Command::new("node")
-            .arg(&script)
+            .arg(mcp_everything::script())
             .arg("streamableHttp")
             .env("PORT", port.to_string())
             .stdout(std::process::Stdio::null())
@@ -443,6 +441,17 @@ async fn mcp_streamable_http_tool_is_called_through_a_real_server() {
         assert!(Instant::now() < until, "the MCP HTTP server did not start");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    child
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+#[tokio::test]
+async fn mcp_streamable_http_tool_is_called_through_a_real_server() {
+    let port = free_port();
+    let _server = http_everything(port).await;
     let config = format!("[mcp.servers.remote]\nurl = \"http://127.0.0.1:{port}/mcp\"\n");
     let s = setup("", &config, |req| match tool_results(req).first() {
         None => calls("", &[("call_h", "remote__echo", json!({"message": "over http"}))]),
@@ -722,27 +731,8 @@ async fn a_call_whose_server_died_during_it_is_not_sent_again() {
 /// of waiting out its timeout.
 #[tokio::test]
 async fn a_restarted_streamable_http_server_gets_a_new_session() {
-    let script = mcp_everything::script();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let start = || async {
-        let child = Child(
-            std::process::Command::new("node")
-                .arg(&script)
-                .arg("streamableHttp")
-                .env("PORT", port.to_string())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .unwrap(),
-        );
-        let until = Instant::now() + Duration::from_secs(20);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-            assert!(Instant::now() < until, "the MCP HTTP server did not start");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        child
-    };
-    let server = start().await;
+    let port = free_port();
+    let server = http_everything(port).await;
     let config = format!("[mcp.servers.remote]\nurl = \"http://127.0.0.1:{port}/mcp\"\ntimeout_secs = 8\n");
     let s = setup("", &config, |req| match tool_results(req).first() {
         None => calls("", &[("call_h", "remote__echo", json!({"message": last_user(req)}))]),
@@ -751,7 +741,7 @@ async fn a_restarted_streamable_http_server_gets_a_new_session() {
     .await;
     assert_eq!(s.proxy.chat(ask("before")).await.1["choices"][0]["message"]["content"], "Echo: before");
     drop(server);
-    let _server = start().await;
+    let _server = http_everything(port).await;
     let (st, body) = s.proxy.chat(ask("after")).await;
     assert_eq!(st, 200, "{body}");
     // Before, the call waited out its timeout and its result said so.
@@ -879,4 +869,33 @@ async fn http_fetch_ignores_proxies_from_the_environment() {
     let text = body["choices"][0]["message"]["content"].as_str().unwrap_or_default();
     assert!(text.contains("HELLO") && !text.contains("PROXIED"), "{text}");
     assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 0, "http_fetch went through the proxy");
+}
+
+/// Issue 26, item 4: MCP 2026-07-28's stateless start (`server/discover`, no
+/// `initialize`), through rmcp's lifecycle modes. `auto` falls back to the
+/// handshake with a server from before it (server-everything on SDK 1.x);
+/// `discover` alone says plainly that such a server cannot be used.
+#[tokio::test]
+async fn mcp_lifecycle_auto_falls_back_and_discover_says_why() {
+    let script = mcp_everything::script();
+    let server = |lifecycle: &str| {
+        format!(
+            "[mcp.servers.everything]\ncommand = \"node\"\nargs = [{:?}]\nlifecycle = \"{lifecycle}\"\nstartup_timeout_secs = 20\n",
+            script.display().to_string()
+        )
+    };
+    let s = setup("", &server("auto"), |req| match tool_results(req).first() {
+        None => calls("", &[("call_a", "everything__echo", json!({"message": "auto"}))]),
+        Some(r) => say(r),
+    })
+    .await;
+    assert_eq!(s.proxy.chat(ask("echo")).await.1["choices"][0]["message"]["content"], "Echo: auto");
+    let s = setup("", &server("discover"), |req| match tool_results(req).first() {
+        None => calls("", &[("call_d", "everything__echo", json!({"message": "discover"}))]),
+        Some(r) => say(r),
+    })
+    .await;
+    let (_, body) = s.proxy.chat(ask("echo")).await;
+    let text = body.to_string();
+    assert!(!text.contains("Echo: discover"), "a legacy server did not start in discover mode: {text}");
 }

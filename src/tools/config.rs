@@ -171,6 +171,22 @@ pub struct McpServerConfig {
     pub expose: bool,
     #[serde(default = "d_true")]
     pub enabled: bool,
+    /// How a session starts: `initialize` (the handshake every server
+    /// before MCP 2026-07-28 speaks), `discover` (2026-07-28's stateless
+    /// `server/discover`, no `initialize`), or `auto` (discover, falling back
+    /// to initialize for a server that does not know it).
+    #[serde(default)]
+    pub lifecycle: Lifecycle,
+}
+
+/// `[mcp.servers.NAME] lifecycle`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Lifecycle {
+    #[default]
+    Initialize,
+    Discover,
+    Auto,
 }
 
 fn d_iterations() -> u32 {

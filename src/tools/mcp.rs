@@ -27,10 +27,10 @@ use rmcp::model::{CallToolRequestParams, ClientCapabilities, ClientConfig, Imple
 use rmcp::service::{NotificationContext, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientHandler, Peer, RoleClient, ServiceError, ServiceExt};
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, Peer, RoleClient, ServiceError};
 use serde_json::{Map, Value};
 
-use super::config::{McpServerConfig, secs};
+use super::config::{Lifecycle, McpServerConfig, secs};
 use super::{Content, Tool, ToolError, ToolOutput, ToolSpec, bump};
 
 /// The variables of our environment a stdio server inherits: what programs
@@ -248,6 +248,16 @@ struct Conn {
     group: crate::skills::script::Group,
 }
 
+impl Conn {
+    /// Whether a request sent now reaches the server: the service was not
+    /// closed, and its loop has not ended on the server going away (which
+    /// `is_closed` alone does not tell, so a call after a crash was sent
+    /// into a dead session).
+    fn live(&self) -> bool {
+        !self.service.is_closed() && !self.service.peer().is_transport_closed()
+    }
+}
+
 /// One MCP server and its connection.
 pub struct Server {
     pub name: String,
@@ -278,7 +288,7 @@ impl Server {
     }
 
     async fn is_connected(&self) -> bool {
-        self.conn.lock().await.as_ref().is_some_and(|c| !c.service.is_closed())
+        self.conn.lock().await.as_ref().is_some_and(Conn::live)
     }
 
     /// Connects (or reconnects) and lists tools. Without `force`, a connect
@@ -286,7 +296,7 @@ impl Server {
     async fn connect(&self, force: bool) -> Result<usize, String> {
         let mut guard = self.conn.lock().await;
         if let Some(c) = guard.as_ref()
-            && !c.service.is_closed()
+            && c.live()
         {
             return Ok(self.tool_names().len());
         }
@@ -349,7 +359,7 @@ impl Server {
                     }
                 }))
             });
-            (handler.serve(transport).await.map_err(|e| format!("initialize failed: {e}"))?, stderr)
+            (start_session(handler, transport, self.config.lifecycle).await?, stderr)
         } else {
             let url = self.config.url.clone().unwrap_or_default();
             let mut headers = reqwest::header::HeaderMap::new();
@@ -364,7 +374,7 @@ impl Server {
                 super::mcp_session::SessionClient(client),
                 StreamableHttpClientTransportConfig::with_uri(url),
             );
-            (handler.serve(transport).await.map_err(|e| format!("initialize failed: {e}"))?, None)
+            (start_session(handler, transport, self.config.lifecycle).await?, None)
         };
         let tools = service.list_all_tools().await.map_err(|e| format!("tools/list failed: {e}"))?;
         Ok((Conn { service, _stderr: stderr, group }, tools))
@@ -378,7 +388,7 @@ impl Server {
         {
             let g = self.conn.lock().await;
             if let Some(c) = g.as_ref()
-                && !c.service.is_closed()
+                && c.live()
             {
                 return Ok(c.service.peer().clone());
             }
@@ -423,6 +433,29 @@ impl Server {
             }
         }
     }
+}
+
+/// Starts a session in the configured lifecycle (rmcp's; `initialize`
+/// unless the config asks for 2026-07-28's `server/discover`).
+async fn start_session<T, E, A>(
+    handler: Handler,
+    transport: T,
+    lifecycle: Lifecycle,
+) -> Result<RunningService<RoleClient, Handler>, String>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let latest = || vec![rmcp::model::ProtocolVersion::V_2026_07_28];
+    let mode = match lifecycle {
+        Lifecycle::Initialize => ClientLifecycleMode::Initialize,
+        Lifecycle::Discover => ClientLifecycleMode::Discover { preferred_versions: latest() },
+        Lifecycle::Auto => ClientLifecycleMode::Auto { preferred_versions: latest(), legacy_version: None },
+    };
+    handler
+        .serve_with_lifecycle(transport, mode)
+        .await
+        .map_err(|e| format!("session start ({lifecycle:?}) failed: {e}"))
 }
 
 /// One MCP tool as a [`Tool`].
@@ -535,7 +568,9 @@ mod tests {
         assert!(out.is_error);
         assert_eq!(out.images().count(), 1);
         let text = out.model_text(false);
-        for want in ["hi", "test://a", "[resource test://b]\nbody", "application/zip", "audio/wav", "{\"x\":1}"] {
+        // A text block is there, so the structured content is not added again.
+        assert!(!text.contains("{\"x\":1}"), "{text}");
+        for want in ["hi", "test://a", "[resource test://b]\nbody", "application/zip", "audio/wav"] {
             assert!(text.contains(want), "{want} in {text}");
         }
         let repeated = convert_result(
