@@ -899,3 +899,28 @@ async fn mcp_lifecycle_auto_falls_back_and_discover_says_why() {
     let text = body.to_string();
     assert!(!text.contains("Echo: discover"), "a legacy server did not start in discover mode: {text}");
 }
+
+/// Issue 26, item 3, against the real server-filesystem: its text block is
+/// the file and its structured content `{"content": …}` says the same, so the
+/// model gets the file once (it got it twice).
+#[tokio::test]
+async fn server_filesystem_returns_a_file_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::write(root.join("notes.txt"), "alpha beta gamma").unwrap();
+    let file = root.join("notes.txt").display().to_string();
+    let config = format!(
+        "[mcp.servers.fs]\ncommand = \"node\"\nargs = [{:?}, {:?}]\n",
+        mcp_everything::filesystem_script().display().to_string(),
+        root.display().to_string()
+    );
+    let s = setup("", &config, move |req| match tool_results(req).first() {
+        None => calls("", &[("call_fs", "fs__read_text_file", json!({"path": file.clone()}))]),
+        Some(r) => say(r),
+    })
+    .await;
+    let (st, body) = s.proxy.chat(ask("read it")).await;
+    assert_eq!(st, 200, "{body}");
+    let text = body["choices"][0]["message"]["content"].as_str().unwrap().to_string();
+    assert_eq!(text.matches("alpha beta gamma").count(), 1, "{text}");
+}
