@@ -773,6 +773,17 @@ async fn the_environments_http_proxy_is_honoured() {
     assert_eq!(upstream.received_requests().await.unwrap().len(), 1);
 }
 
+/// An OTLP/HTTP collector that takes every trace export.
+async fn otlp_collector() -> MockServer {
+    let collector = MockServer::start().await;
+    Mock::given(method("POST"))
+        .and(path("/v1/traces"))
+        .respond_with(ResponseTemplate::new(200))
+        .mount(&collector)
+        .await;
+    collector
+}
+
 /// `[telemetry]`: the real binary exports the request's spans over OTLP/HTTP
 /// to a collector (here a wiremock), joined to the client's `traceparent`,
 /// and flushes them on SIGTERM.
@@ -781,12 +792,7 @@ async fn spans_are_exported_over_otlp_and_join_the_clients_trace() {
     let upstream = MockServer::start().await;
     let body = completion(json!({"role": "assistant", "content": "ok"}), "stop");
     Mock::given(method("POST")).respond_with(ResponseTemplate::new(200).set_body_json(body)).mount(&upstream).await;
-    let collector = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/traces"))
-        .respond_with(ResponseTemplate::new(200))
-        .mount(&collector)
-        .await;
+    let collector = otlp_collector().await;
     let config = format!(
         "[providers.v]\nprofile = \"openai\"\nbase_url = \"{}/v1\"\napi_key_env = \"TEST_UPSTREAM_KEY\"\n\n\
          [telemetry]\notlp_endpoint = \"{}\"\nservice_name = \"modelshim-under-test\"\n",
@@ -870,12 +876,7 @@ async fn an_echoed_provider_key_reaches_no_client_no_log_and_no_trace() {
         .respond_with(ResponseTemplate::new(401).set_body_string(format!("Invalid key {ECHOED}")))
         .mount(&upstream)
         .await;
-    let collector = MockServer::start().await;
-    Mock::given(method("POST"))
-        .and(path("/v1/traces"))
-        .respond_with(ResponseTemplate::new(200))
-        .mount(&collector)
-        .await;
+    let collector = otlp_collector().await;
     let config = format!(
         "[upstream]\nretries = 1\nretry_backoff_ms = 10\n\n\
          [providers.v]\nprofile = \"openai\"\nbase_url = \"{}/v1\"\napi_key_env = \"TEST_ECHOED_KEY\"\n\n\
