@@ -59,8 +59,30 @@ struct ChoiceState {
     /// What this choice said, for [`Capture`]: its reasoning, and its text
     /// hashed as it streams (only the hash is ever stored).
     reasoning: String,
+    /// The reasoning grew past [`MAX_KEPT_REASONING`] and is not kept.
+    reasoning_dropped: bool,
     turn: TurnHash,
     call_ids: Vec<String>,
+}
+
+/// The most reasoning one choice keeps for the round-trip. A stream's
+/// reasoning is otherwise held for its whole length, however long the
+/// upstream makes it; past this it is dropped, and the next turn falls back
+/// as when none was remembered.
+const MAX_KEPT_REASONING: usize = 4 << 20;
+
+fn keep_reasoning(kept: &mut String, dropped: &mut bool, more: &str) {
+    if *dropped || more.is_empty() {
+        return;
+    }
+    if kept.len() + more.len() > MAX_KEPT_REASONING {
+        // Dropped for good: a truncated reasoning would be replayed as if whole.
+        *kept = String::new();
+        *dropped = true;
+        tracing::warn!("reasoning over {MAX_KEPT_REASONING} bytes: not remembered for the next turn");
+        return;
+    }
+    kept.push_str(more);
 }
 
 /// The visible assistant turn and its reasoning, for the reasoning
@@ -129,6 +151,7 @@ impl Normalizer {
             next_call: 0,
             done: false,
             reasoning: String::new(),
+            reasoning_dropped: false,
             turn: TurnHash::default(),
             call_ids: Vec::new(),
         }
@@ -306,7 +329,7 @@ impl Normalizer {
             }
             let st = &mut self.choices[ci];
             st.turn.push(d.content.as_deref().unwrap_or(""));
-            st.reasoning.push_str(d.reasoning_content.as_deref().unwrap_or(""));
+            keep_reasoning(&mut st.reasoning, &mut st.reasoning_dropped, d.reasoning_content.as_deref().unwrap_or(""));
             if !self.choices[ci].role_sent {
                 d.role = Some("assistant".into());
                 self.choices[ci].role_sent = true;
@@ -533,5 +556,27 @@ fn common_finish(r: &str) -> &str {
         "max_tokens" | "model_length" => "length",
         "tool_use" | "function_call" => "tool_calls",
         r => r,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stream's reasoning is not kept past its cap (it was held for the
+    /// stream's whole length).
+    #[test]
+    fn kept_reasoning_is_capped() {
+        let (mut kept, mut dropped) = (String::new(), false);
+        let piece = "r".repeat(1 << 20);
+        for _ in 0..8 {
+            keep_reasoning(&mut kept, &mut dropped, &piece);
+        }
+        assert!(dropped && kept.is_empty());
+        keep_reasoning(&mut kept, &mut dropped, "tail");
+        assert!(kept.is_empty(), "nothing is kept once dropped");
+        let (mut kept, mut dropped) = (String::new(), false);
+        keep_reasoning(&mut kept, &mut dropped, "short");
+        assert_eq!((kept.as_str(), dropped), ("short", false));
     }
 }
