@@ -133,6 +133,9 @@ fn other_digest(m: &Message) -> [u8; 32] {
     h.finalize().into()
 }
 
+/// Trailing whitespace a [`TurnHash`] holds back at most.
+const MAX_HELD_WS: usize = 64 << 10;
+
 /// The digest of a visible assistant turn, fed as its text streams in, so a
 /// stream keeps a hash state instead of its whole text. The text is hashed
 /// trimmed: leading whitespace is skipped and a run of trailing whitespace
@@ -157,6 +160,12 @@ impl TurnHash {
         let body = text.trim_end();
         if body.is_empty() {
             self.ws.push_str(text);
+            // Bounded: a stream of nothing but whitespace is hashed as it
+            // goes (such a turn's key may then miss; its memory may not grow).
+            if self.ws.len() > MAX_HELD_WS {
+                self.h.update(self.ws.as_bytes());
+                self.ws.clear();
+            }
             return;
         }
         self.h.update(self.ws.as_bytes());
@@ -247,6 +256,16 @@ mod tests {
         let mut text = Chain::new(Some("k"));
         text.push_assistant("Let me look.  ", &ids);
         assert_eq!(whole, text);
+    }
+
+    #[test]
+    fn held_whitespace_is_bounded() {
+        let mut t = TurnHash::default();
+        t.push("a");
+        for _ in 0..1000 {
+            t.push(&" ".repeat(1024));
+        }
+        assert!(t.ws.len() <= MAX_HELD_WS);
     }
 
     proptest::proptest! {
