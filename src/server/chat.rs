@@ -412,7 +412,8 @@ impl Outs {
     /// is stored before they go out.
     fn end(&mut self) {
         refill(&mut self.ready, |r| self.norm.finish(r));
-        let captures = self.norm.captures();
+        // Captured only for a reader that remembers them.
+        let captures = self.memo.as_ref().map(|_| self.norm.captures()).unwrap_or_default();
         self.state = match self.memo.take() {
             Some(Memo { store, ttl, conversation }) if !captures.is_empty() => {
                 OutsState::Remembering(Box::pin(async move {
