@@ -3,6 +3,8 @@
 //! request's input and the output items — in the conversation-state store
 //! (namespace `responses`, the state TTL), so `previous_response_id` and
 //! `GET /v1/responses/{id}` work on any replica that shares the store.
+//! Each turn's new items are also kept by item id (namespace
+//! `response_items`), so an `item_reference` input finds them.
 
 use serde_json::{Value, json};
 
@@ -24,16 +26,23 @@ pub fn owner() -> Option<String> {
     crate::server::edge::current().and_then(|c| c.key.clone())
 }
 
-/// Saves a finished response, owned by the request's proxy key (`owner`). A store
-/// failure is logged: the answer is delivered anyway, only a later
-/// `previous_response_id` will miss it.
-pub async fn save(s: &Shared, owner: Option<&str>, response: &Value, mut items: Vec<Value>) {
+/// Saves a finished response, owned by the request's proxy key (`owner`);
+/// `items[new..]` are this turn's (its input and output), indexed by item id.
+/// A store failure is logged: the answer is delivered anyway, only a later
+/// `previous_response_id` or `item_reference` will miss it.
+pub async fn save(s: &Shared, owner: Option<&str>, response: &Value, mut items: Vec<Value>, new: usize) {
     let Some(id) = response["id"].as_str() else { return };
-    // Every item gets an id once, so listings page stably.
-    for it in &mut items {
+    // Every item gets an id once, so listings page stably. Only ids the
+    // proxy made are indexed: a client's own id must not displace another's.
+    let outputs = response["output"].as_array().map_or(0, Vec::len);
+    let first_output = items.len().saturating_sub(outputs);
+    let mut indexed = vec![false; items.len()];
+    for (i, it) in items.iter_mut().enumerate() {
+        indexed[i] = i >= new && i >= first_output;
         if let Some(o) = it.as_object_mut()
             && !o.get("id").is_some_and(Value::is_string)
         {
+            indexed[i] = i >= new;
             let prefix = match o.get("type").and_then(Value::as_str) {
                 Some("function_call") => "fc",
                 Some("function_call_output") => "fco",
@@ -43,10 +52,44 @@ pub async fn save(s: &Shared, owner: Option<&str>, response: &Value, mut items: 
             o.insert("id".into(), Value::String(super::events::new_id(prefix)));
         }
     }
+    let puts = items.iter().zip(indexed).filter(|(_, keep)| *keep).filter_map(|(it, _)| {
+        let item_id = it.get("id").and_then(Value::as_str)?;
+        let value = json!({"item": it, "owner": owner});
+        Some(async move { (item_id, s.store.put(ns::RESPONSE_ITEMS, item_id, value, s.state_ttl).await) })
+    });
+    for (item_id, r) in futures_util::future::join_all(puts).await {
+        if let Err(e) = r {
+            tracing::warn!(store = s.store.kind(), "cannot store item {item_id}: {e}");
+        }
+    }
     let value = json!({"response": response, "items": items, "owner": owner});
     if let Err(e) = s.store.put(ns::RESPONSES, id, value, s.state_ttl).await {
         tracing::warn!(store = s.store.kind(), "cannot store response {id}: {e}");
     }
+}
+
+/// Replaces every `item_reference` in `input` by the item it names, from
+/// this proxy key's stored responses; an unknown id is a 400 naming it.
+pub async fn resolve(s: &Shared, owner: Option<&str>, input: &mut [Value]) -> Result<(), ApiError> {
+    for (i, it) in input.iter_mut().enumerate() {
+        if it.get("type").and_then(Value::as_str) != Some("item_reference") {
+            continue;
+        }
+        let param = format!("input[{i}]");
+        let Some(id) = it.get("id").and_then(Value::as_str).filter(|id| !id.is_empty()) else {
+            return Err(ApiError::invalid_param(&param, "An `item_reference` needs the `id` of an item."));
+        };
+        let found = match s.store.get(ns::RESPONSE_ITEMS, id).await {
+            Ok(Some(v)) if v.get("owner").and_then(Value::as_str) == owner => v.get("item").cloned(),
+            Ok(_) => None,
+            Err(e) => return Err(ApiError::Unavailable(format!("The response store is unavailable: {e}"))),
+        };
+        match found {
+            Some(item) => *it = item,
+            None => return Err(ApiError::invalid_param(&param, format!("Item with id '{id}' not found."))),
+        }
+    }
+    Ok(())
 }
 
 /// The stored response `id`; `Ok(None)` when there is none (never stored,

@@ -24,8 +24,15 @@ use crate::responses::request::{self, Request};
 use crate::responses::store;
 
 pub async fn create(State(s): State<Shared>, body: Bytes) -> Result<Response, ApiError> {
-    let req = request::parse(&body)?;
+    let mut req = request::parse(&body)?;
     let owner = store::owner();
+    if req.input.len() > s.edge.limits.max_messages {
+        return Err(ApiError::invalid_param(
+            "input",
+            format!("Too many input items: {}, the limit is {}.", req.input.len(), s.edge.limits.max_messages),
+        ));
+    }
+    store::resolve(&s, owner.as_deref(), &mut req.input).await?;
     let history = match &req.previous_response_id {
         Some(id) => match store::load(&s, owner.as_deref(), id).await? {
             Some(stored) => stored.items,
@@ -63,6 +70,7 @@ pub async fn create(State(s): State<Shared>, body: Bytes) -> Result<Response, Ap
             "The request with its earlier turns (previous_response_id) is larger than the limit of {max} bytes."
         )));
     }
+    let new = history.len();
     let mut items = history;
     items.extend(req.input.iter().cloned());
     let builder = Builder::new(skeleton(&req, &new_id("resp")));
@@ -70,7 +78,7 @@ pub async fn create(State(s): State<Shared>, body: Bytes) -> Result<Response, Ap
     // gets its HTTP status and OpenAI error body here.
     let chunks = super::chat::answer(&s, chat).await?;
     if req.stream {
-        return Ok(stream(s, builder, chunks, items, req.store.then_some(owner)));
+        return Ok(stream(s, builder, chunks, items, new, req.store.then_some(owner)));
     }
     let mut b = builder;
     let mut chunks = chunks;
@@ -81,7 +89,7 @@ pub async fn create(State(s): State<Shared>, body: Bytes) -> Result<Response, Ap
     }
     b.finish();
     if req.store {
-        save(&s, owner.as_deref(), &b, items).await;
+        save(&s, owner.as_deref(), &b, items, new).await;
     }
     Ok(Json(b.response().clone()).into_response())
 }
@@ -178,10 +186,10 @@ async fn server_tool_names(s: &Shared, req: &Request) -> Vec<String> {
 }
 
 /// Stores the finished response with the conversation up to it.
-async fn save(s: &Shared, owner: Option<&str>, b: &Builder, mut items: Vec<Value>) {
+async fn save(s: &Shared, owner: Option<&str>, b: &Builder, mut items: Vec<Value>, new: usize) {
     let r = b.response();
     items.extend(r["output"].as_array().cloned().unwrap_or_default());
-    store::save(s, owner, r, items).await;
+    store::save(s, owner, r, items, new).await;
 }
 
 /// The response object as created: the request's settings echoed, no output.
@@ -232,6 +240,7 @@ fn stream(
     mut b: Builder,
     chunks: BoxStream<'static, Result<Chunk, UpstreamError>>,
     items: Vec<Value>,
+    new: usize,
     // Stored for this proxy key (`Some(None)` with auth off), or not stored.
     keep: Option<Option<String>>,
 ) -> Response {
@@ -258,7 +267,7 @@ fn stream(
         }
         let closing = b.finish();
         if let Some(owner) = &keep {
-            save(&s, owner.as_deref(), &b, items).await;
+            save(&s, owner.as_deref(), &b, items, new).await;
         }
         for e in closing {
             yield event(&e);

@@ -78,6 +78,8 @@ pub mod ns {
     pub const SPLICE: &str = "splice";
     /// Stored Responses API responses and their conversations.
     pub const RESPONSES: &str = "responses";
+    /// Items of stored responses by item id, for `item_reference` inputs.
+    pub const RESPONSE_ITEMS: &str = "response_items";
 }
 
 /// Settings of the `[state]` config section.
