@@ -8,7 +8,9 @@
 //! has the model's reasoning, not a summary of it), text is a `message`
 //! item with one `output_text` part, and each tool call (by its chat
 //! `index`, never by id: only the first delta carries one) a `function_call`
-//! item. An item closes when an item of another kind starts or the answer
+//! item. When the request asks for a reasoning summary, the same text also
+//! fills the item's `summary` (`response.reasoning_summary_text.delta`):
+//! clients that read only summaries (the Vercel AI SDK, LangChain) show it. An item closes when an item of another kind starts or the answer
 //! ends; calls close at the end. Every event has a `sequence_number`.
 
 use std::collections::BTreeMap;
@@ -34,11 +36,13 @@ struct Item {
 }
 
 impl Item {
-    fn json(&self, status: &str) -> Value {
+    fn json(&self, status: &str, summary: bool) -> Value {
         match &self.kind {
             Kind::Reasoning { text } => {
-                let content = if status == "in_progress" { json!([]) } else { json!([reasoning_part(text)]) };
-                json!({"id": self.id, "type": "reasoning", "summary": [], "content": content, "status": status})
+                let done = status != "in_progress";
+                let content = if done { json!([reasoning_part(text)]) } else { json!([]) };
+                let summary = if done && summary { json!([summary_part(text)]) } else { json!([]) };
+                json!({"id": self.id, "type": "reasoning", "summary": summary, "content": content, "status": status})
             }
             Kind::Message { text } => {
                 let content = if status == "in_progress" { json!([]) } else { json!([text_part(text)]) };
@@ -60,6 +64,10 @@ fn reasoning_part(text: &str) -> Value {
     json!({"type": "reasoning_text", "text": text})
 }
 
+fn summary_part(text: &str) -> Value {
+    json!({"type": "summary_text", "text": text})
+}
+
 /// A new id with OpenAI's prefix style (`resp_`, `msg_`, `rs_`, `fc_`).
 pub fn new_id(prefix: &str) -> String {
     format!("{prefix}_{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
@@ -74,12 +82,16 @@ pub struct Builder {
     calls: BTreeMap<u32, usize>,
     usage: Option<Value>,
     finish: Option<String>,
+    /// The request asked for a reasoning summary (`reasoning.summary`).
+    summary: bool,
 }
 
 impl Builder {
-    /// `response` is the object as created (status `in_progress`, no output).
+    /// `response` is the object as created (status `in_progress`, no output);
+    /// its `reasoning.summary` says whether summaries are filled.
     pub fn new(response: Value) -> Self {
-        Builder { response, seq: 0, items: Vec::new(), calls: BTreeMap::new(), usage: None, finish: None }
+        let summary = response["reasoning"]["summary"].as_str().is_some_and(|s| !s.is_empty());
+        Builder { response, seq: 0, items: Vec::new(), calls: BTreeMap::new(), usage: None, finish: None, summary }
     }
 
     fn event(&mut self, kind: &str, mut body: Map<String, Value>) -> Value {
@@ -121,6 +133,11 @@ impl Builder {
                 let i = self.text_item(true, out);
                 if let Kind::Reasoning { text } = &mut self.items[i].kind {
                     text.push_str(&r);
+                }
+                if self.summary {
+                    let ev =
+                        self.at("response.reasoning_summary_text.delta", i, json!({"summary_index": 0, "delta": r}));
+                    out.push(ev);
                 }
                 let ev = self.at("response.reasoning_text.delta", i, json!({"content_index": 0, "delta": r}));
                 out.push(ev);
@@ -184,6 +201,14 @@ impl Builder {
         };
         let i = self.open(Item { id: new_id(prefix), kind, done: false }, out);
         let part = if reasoning { reasoning_part("") } else { text_part("") };
+        if reasoning && self.summary {
+            let ev = self.at(
+                "response.reasoning_summary_part.added",
+                i,
+                json!({"summary_index": 0, "part": summary_part("")}),
+            );
+            out.push(ev);
+        }
         let ev = self.at("response.content_part.added", i, json!({"content_index": 0, "part": part}));
         out.push(ev);
         i
@@ -191,7 +216,7 @@ impl Builder {
 
     fn open(&mut self, item: Item, out: &mut Vec<Value>) -> usize {
         let i = self.items.len();
-        let json = item.json("in_progress");
+        let json = item.json("in_progress", self.summary);
         self.items.push(item);
         let mut body = Map::new();
         body.insert("output_index".into(), json!(i));
@@ -220,10 +245,15 @@ impl Builder {
         let evs = match &self.items[i].kind {
             Kind::Reasoning { text } => {
                 let text = text.clone();
-                vec![
-                    ("response.reasoning_text.done", json!({"content_index": 0, "text": text})),
-                    ("response.content_part.done", json!({"content_index": 0, "part": reasoning_part(&text)})),
-                ]
+                let mut evs = Vec::new();
+                if self.summary {
+                    evs.push(("response.reasoning_summary_text.done", json!({"summary_index": 0, "text": text})));
+                    let part = summary_part(&text);
+                    evs.push(("response.reasoning_summary_part.done", json!({"summary_index": 0, "part": part})));
+                }
+                evs.push(("response.reasoning_text.done", json!({"content_index": 0, "text": text})));
+                evs.push(("response.content_part.done", json!({"content_index": 0, "part": reasoning_part(&text)})));
+                evs
             }
             Kind::Message { text } => {
                 let text = text.clone();
@@ -240,7 +270,7 @@ impl Builder {
             let ev = self.at(kind, i, fields);
             out.push(ev);
         }
-        let item = self.items[i].json("completed");
+        let item = self.items[i].json("completed", self.summary);
         let mut body = Map::new();
         body.insert("output_index".into(), json!(i));
         body.insert("item".into(), item);
@@ -249,7 +279,7 @@ impl Builder {
 
     /// The output items so far (finished ones as completed).
     pub fn output(&self) -> Vec<Value> {
-        self.items.iter().map(|it| it.json(if it.done { "completed" } else { "incomplete" })).collect()
+        self.items.iter().map(|it| it.json(if it.done { "completed" } else { "incomplete" }, self.summary)).collect()
     }
 
     /// Closes every item and settles the response object (status, output,
@@ -428,6 +458,43 @@ mod tests {
         assert!(o[0]["id"].as_str().unwrap().starts_with("rs_"));
         assert!(o[1]["id"].as_str().unwrap().starts_with("msg_"));
         assert!(o[2]["id"].as_str().unwrap().starts_with("fc_"));
+    }
+
+    /// With `reasoning.summary` asked for, the reasoning also fills the
+    /// summary and its events (what summary-only clients read).
+    #[test]
+    fn a_requested_summary_carries_the_reasoning() {
+        for summary in [Value::Null, json!("auto")] {
+            let mut b = Builder::new(json!({"id": "resp_1", "reasoning": {"effort": null, "summary": summary}}));
+            let mut out = Vec::new();
+            let r = |t: &str| Delta { reasoning_content: Some(t.into()), ..Default::default() };
+            b.push(chunk(r("thin"), None), &mut out);
+            b.push(chunk(r("king"), None), &mut out);
+            b.push(chunk(Delta { content: Some("ok".into()), ..Default::default() }, Some("stop")), &mut out);
+            out.extend(b.finish());
+            let deltas: String = out
+                .iter()
+                .filter(|e| e["type"] == "response.reasoning_summary_text.delta")
+                .map(|e| e["delta"].as_str().unwrap())
+                .collect();
+            let o = &b.response()["output"][0];
+            assert_eq!(o["content"][0]["text"], "thinking");
+            if summary.is_null() {
+                assert_eq!(deltas, "");
+                assert_eq!(o["summary"], json!([]));
+                continue;
+            }
+            assert_eq!(deltas, "thinking");
+            assert_eq!(o["summary"], json!([{"type": "summary_text", "text": "thinking"}]));
+            let kinds: Vec<&str> = out.iter().map(|e| e["type"].as_str().unwrap()).collect();
+            let pos = |k: &str| kinds.iter().position(|x| *x == k).unwrap();
+            assert!(pos("response.reasoning_summary_part.added") < pos("response.reasoning_summary_text.delta"));
+            assert!(pos("response.reasoning_summary_text.done") < pos("response.reasoning_summary_part.done"));
+            assert!(pos("response.reasoning_summary_part.done") < pos("response.output_item.done"));
+            let done = out.iter().find(|e| e["type"] == "response.reasoning_summary_part.done").unwrap();
+            assert_eq!(done["part"]["text"], "thinking");
+            assert_eq!(done["summary_index"], 0);
+        }
     }
 
     #[test]

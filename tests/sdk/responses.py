@@ -164,6 +164,24 @@ def reasoning_round_trip_to_a_deepseek_like_upstream():
 
 
 @check
+def a_requested_reasoning_summary_carries_the_reasoning():
+    # Clients that read only summaries (Vercel's provider, LangChain) show it.
+    kw = dict(model="v/deepseek", tools=TOOLS, input="Weather in Paris?", reasoning={"summary": "auto"})
+    r = client.responses.create(**kw)
+    assert r.output[0].summary[0].type == "summary_text", r.output[0]
+    assert r.output[0].summary[0].text.startswith("The user wants Paris"), r.output[0]
+    events, final = streamed(**kw)
+    deltas = "".join(e.delta for e in events if e.type == "response.reasoning_summary_text.delta")
+    assert deltas == final.output[0].summary[0].text == r.output[0].summary[0].text, deltas
+    with client.responses.stream(**kw) as s:
+        for _ in s:
+            pass
+        assert s.get_final_response().output[0].summary[0].text == deltas
+    plain = client.responses.create(model="v/deepseek", tools=TOOLS, input="Weather in Paris?")
+    assert plain.output[0].summary == [], "no summary unasked"
+
+
+@check
 def errors_are_the_sdk_exceptions():
     for stream in (False, True):
         try:
