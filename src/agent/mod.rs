@@ -241,6 +241,7 @@ impl Loop {
             finish_map: p.profile.response.finish_reason.clone(),
             names_back: plan.names_back,
             single_call: false,
+            usage_fields: p.profile.response.usage.clone(),
         }
     }
 
@@ -707,18 +708,33 @@ async fn whole(
 fn sse(items: BoxStream<'static, Result<Item, UpstreamError>>, mode: TraceMode) -> Response {
     let events = async_stream::stream! {
         let mut items = items;
+        // The answer's id, time and model, for the trace events' chunks.
+        let mut like: Option<Chunk> = None;
         while let Some(it) = items.next().await {
             match it {
                 Ok(Item::Started) => {}
-                Ok(Item::Chunk(c)) => match sse::chunk(&c) {
-                    Ok(ev) => yield ev,
-                    Err(ev) => {
-                        yield ev;
-                        return;
+                Ok(Item::Chunk(c)) => {
+                    if like.is_none() && mode == TraceMode::Events {
+                        like = Some(Chunk {
+                            id: c.id.clone(),
+                            object: String::new(),
+                            created: c.created,
+                            model: c.model.clone(),
+                            choices: Vec::new(),
+                            usage: None,
+                            extra: Map::new(),
+                        });
                     }
-                },
+                    match sse::chunk(&c) {
+                        Ok(ev) => yield ev,
+                        Err(ev) => {
+                            yield ev;
+                            return;
+                        }
+                    }
+                }
                 Ok(Item::Trace(t)) => {
-                    if let Some(ev) = mode.event(&t) {
+                    if let Some(ev) = mode.event(&t, like.as_ref()) {
                         yield ev;
                     }
                 }

@@ -3,11 +3,15 @@
 //! (ignored by every SSE client), `events` adds named `event: tool_trace`
 //! events (for UIs); a non-streamed answer carries the entries in a
 //! top-level `modelshim_trace` field. Without the header nothing is added.
+//! An event's data is a chunk with no choices and the entry in its
+//! `modelshim_trace` field: the OpenAI SDKs parse every event's data as a
+//! chunk whatever its name, and one without `choices` breaks them.
 
 use crate::server::sse::Event;
 use axum::http::HeaderMap;
 use serde_json::{Value, json};
 
+use crate::openai::Chunk;
 use crate::tools::CallOutcome;
 
 /// The request header that turns the trace on.
@@ -33,12 +37,19 @@ impl TraceMode {
         self != TraceMode::Off
     }
 
-    /// The SSE event that carries a trace entry in this mode.
-    pub fn event(self, entry: &Value) -> Option<Event> {
+    /// The SSE event that carries a trace entry in this mode; `like` is a
+    /// chunk of the answer, whose id, time and model the event's chunk takes.
+    pub fn event(self, entry: &Value, like: Option<&Chunk>) -> Option<Event> {
         match self {
             TraceMode::Off => None,
             TraceMode::Comments => Some(Event::comment(&format!("tool_trace {entry}"))),
-            TraceMode::Events => Some(Event::named("tool_trace", &entry.to_string())),
+            TraceMode::Events => {
+                let (id, created, model) = like.map_or(("", 0, ""), |c| (c.id.as_str(), c.created, c.model.as_str()));
+                let created = if created == 0 { crate::openai::now() } else { created };
+                let data = json!({"id": id, "object": "chat.completion.chunk", "created": created, "model": model,
+                                  "choices": [], "modelshim_trace": entry});
+                Some(Event::named("tool_trace", &data.to_string()))
+            }
         }
     }
 }

@@ -52,3 +52,18 @@ assert r.choices[0].message.content == EXPECTED and "modelshim_trace" not in (r.
 r = client.chat.completions.create(model="v/m", messages=MSGS, extra_headers=TRACE)
 assert r.model_extra["modelshim_trace"][0]["tool"] == "current_time", r.model_extra
 print("ok   modelshim_trace only when asked (non-streamed)")
+
+# `events` mode: every event's data is a chunk the SDK can parse (the trace
+# rides in a chunk with no choices), so its stream helpers do not break.
+EVENTS = {"x-modelshim-trace": "events"}
+chunks = list(client.chat.completions.create(model="v/m", messages=MSGS, stream=True, extra_headers=EVENTS))
+traces = [c.model_extra["modelshim_trace"] for c in chunks if not c.choices]
+assert len(traces) == 1 and traces[0]["tool"] == "current_time" and traces[0]["status"] == "ok", chunks
+text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+assert text == EXPECTED, text
+with client.chat.completions.stream(model="v/m", messages=MSGS, extra_headers=EVENTS) as stream:
+    kinds = [e.type for e in stream]
+    final = stream.get_final_completion()
+assert final.choices[0].message.content == EXPECTED, final
+assert final.choices[0].finish_reason == "stop", final
+print("ok   events trace mode: SDK stream and stream helper work:", kinds.count("content.delta"), "content deltas")
