@@ -242,6 +242,7 @@ fn settings(formats: &Arc<FormatSet>, tools: &Arc<ToolIndex>) -> Settings {
         finish_map: BTreeMap::new(),
         names_back: BTreeMap::new(),
         single_call: false,
+        usage_fields: Default::default(),
     }
 }
 

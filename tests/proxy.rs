@@ -639,3 +639,111 @@ async fn client_disconnect_cancels_the_upstream_request() {
     }
     panic!("the upstream stream was not cancelled within 2 s of the client leaving");
 }
+
+#[tokio::test]
+async fn idless_native_calls_stay_separate() {
+    // Upstreams (some OpenAI-compatible servers behind LangChain / litellm
+    // users) send each call whole with neither `index` nor `id`.
+    let each = |city: &str| {
+        chunk(
+            json!({"tool_calls": [{"type": "function", "function": {"name": "get_weather",
+                "arguments": format!("{{\"city\": \"{city}\"}}")}}]}),
+            None,
+        )
+    };
+    let stream = [
+        chunk(json!({"role": "assistant", "content": ""}), None),
+        each("Paris"),
+        each("Rome"),
+        chunk(json!({"tool_calls": [{"type": "function", "function": {"name": "get_time", "arguments": "{}"}}]}), None),
+        chunk(json!({}), Some("tool_calls")),
+    ];
+    let whole = completion(
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}},
+            {"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Rome\"}"}},
+            {"type": "function", "function": {"name": "get_time", "arguments": "{}"}}]}),
+        "tool_calls",
+    );
+    let expect = view(
+        "",
+        "",
+        json!([
+            call("<generated>", "get_weather", json!({"city": "Paris"})),
+            call("<generated>", "get_weather", json!({"city": "Rome"})),
+            call("<generated>", "get_time", json!({}))
+        ]),
+        "tool_calls",
+    );
+    both("", &stream, whole, ask(true), expect).await;
+}
+
+#[tokio::test]
+async fn idless_fragments_of_one_call_still_join() {
+    // A server that repeats the name on every fragment of one id-less call.
+    let stream = [
+        chunk(json!({"tool_calls": [{"function": {"name": "get_weather", "arguments": "{\"city\":"}}]}), None),
+        chunk(json!({"tool_calls": [{"function": {"name": "get_weather", "arguments": " \"Paris\"}"}}]}), None),
+        chunk(json!({}), Some("tool_calls")),
+    ];
+    let whole = completion(
+        json!({"role": "assistant", "content": null, "tool_calls": [
+            {"function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]}),
+        "tool_calls",
+    );
+    let expect = view("", "", json!([call("<generated>", "get_weather", json!({"city": "Paris"}))]), "tool_calls");
+    both("", &stream, whole, ask(true), expect).await;
+}
+
+/// Issue 27, item 8: vendors' usage fields reach OpenAI's names, streamed
+/// and not; with `include_usage` the client gets exactly one usage chunk
+/// with `choices: []` before `[DONE]`, wherever the vendor put it.
+#[tokio::test]
+async fn usage_is_normalized_and_include_usage_is_one_final_chunk() {
+    let deepseek = json!({"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120,
+        "prompt_cache_hit_tokens": 64, "prompt_cache_miss_tokens": 36,
+        "completion_tokens_details": {"reasoning_tokens": 12}});
+    let kimi = json!({"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10, "cached_tokens": 8});
+    // DeepSeek: a final `choices: []` chunk; Kimi: usage inside the last choice.
+    let mut ds_last = chunk(json!({}), None);
+    ds_last["choices"] = json!([]);
+    ds_last["usage"] = deepseek.clone();
+    let mut kimi_finish = chunk(json!({}), Some("stop"));
+    kimi_finish["choices"][0]["usage"] = kimi.clone();
+    let cases = [
+        (
+            vec![chunk(json!({"role": "assistant", "content": "Hi"}), None), chunk(json!({}), Some("stop")), ds_last],
+            deepseek,
+            64,
+        ),
+        (vec![chunk(json!({"role": "assistant", "content": "Hi"}), None), kimi_finish], kimi, 8),
+    ];
+    for (stream, usage, cached) in cases {
+        let mut whole = completion(json!({"role": "assistant", "content": "Hi"}), "stop");
+        whole["usage"] = usage.clone();
+        let server = upstream(&stream, Some(whole)).await;
+        let p = proxy("", &server.uri()).await;
+        let (st, body) = p.chat(ask(false)).await;
+        assert_eq!(st, 200, "{body}");
+        assert_eq!(body["usage"]["prompt_tokens_details"]["cached_tokens"], cached, "{body}");
+        for (k, v) in usage.as_object().unwrap() {
+            assert_eq!(&body["usage"][k], v, "vendor field {k} kept");
+        }
+        let mut req = ask(false);
+        req["stream_options"] = json!({"include_usage": true});
+        let (st, events) = p.chat_stream(req).await;
+        assert_eq!(st, 200);
+        assert_eq!(events.last(), Some(&json!("[DONE]")));
+        let with_usage: Vec<&Value> = events.iter().filter(|e| e.get("usage").is_some_and(|u| !u.is_null())).collect();
+        assert_eq!(with_usage.len(), 1, "{events:?}");
+        let last = &events[events.len() - 2];
+        assert_eq!(last["choices"], json!([]), "{events:?}");
+        assert_eq!(last["usage"]["prompt_tokens_details"]["cached_tokens"], cached);
+        assert!(
+            events.iter().all(|e| e["choices"].as_array().is_none_or(|c| c.iter().all(|c| c.get("usage").is_none())))
+        );
+        if usage.get("completion_tokens_details").is_some() {
+            assert_eq!(last["usage"]["completion_tokens_details"]["reasoning_tokens"], 12);
+        }
+    }
+}

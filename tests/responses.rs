@@ -763,3 +763,87 @@ async fn the_body_limit_applies_to_the_request_assembled_from_stored_turns() {
         create(p, &json!({"model": "v/hello", "input": "short", "previous_response_id": first["id"]})).await;
     assert_eq!(status, 200, "a small next turn still goes through");
 }
+
+#[tokio::test]
+async fn item_references_resolve_to_this_keys_stored_items() {
+    // The Vercel AI SDK's `@ai-sdk/openai` (store on) sends the items this
+    // proxy returned back as `item_reference`s.
+    let s = setup_tweaked("", |c| {
+        c.auth = Some(toml::from_str(r#"keys = [{ key = "sk-alice-key" }, { key = "sk-bob-key-2" }]"#).unwrap());
+    })
+    .await;
+    let p = &s.proxy;
+    let send = |key: &str, body: Value| {
+        let rb = p.http.post(p.url("/v1/responses")).bearer_auth(key).json(&body);
+        async move {
+            let r = rb.send().await.unwrap();
+            let status = r.status().as_u16();
+            let text = r.text().await.unwrap();
+            if body["stream"] == true && status == 200 {
+                let data = text.lines().rev().find_map(|l| l.strip_prefix("data: ")).unwrap();
+                return (status, serde_json::from_str::<Value>(data).unwrap()["response"].clone());
+            }
+            (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+        }
+    };
+    for stream in [false, true] {
+        let user = json!({"role": "user", "content": "Weather in Paris?"});
+        let first = json!({"model": "v/deepseek", "input": [user], "tools": [weather_tool()], "stream": stream});
+        let (st, r1) = send("sk-alice-key", first).await;
+        assert_eq!(st, 200, "{r1}");
+        let out = r1["output"].as_array().unwrap();
+        let call_id = out[1]["call_id"].as_str().unwrap();
+        let mut input = vec![user.clone()];
+        input.extend(out.iter().map(|it| json!({"type": "item_reference", "id": it["id"]})));
+        input.push(json!({"type": "function_call_output", "call_id": call_id, "output": "22C"}));
+        let second = json!({"model": "v/deepseek", "input": input, "tools": [weather_tool()], "stream": stream});
+        let (st, e) = send("sk-bob-key-2", second.clone()).await;
+        assert_eq!(st, 400, "another key's items are unknown to it: {e}");
+        assert_eq!(e["error"]["param"], "input[1]");
+        let (st, r2) = send("sk-alice-key", second).await;
+        assert_eq!(st, 200, "{r2}");
+        assert_eq!(r2["output"][1]["content"][0]["text"], "Paris is 22C.", "stream={stream}");
+        let up = s.requests();
+        let assistant = up.last().unwrap()["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["role"] == "assistant")
+            .unwrap()
+            .clone();
+        assert_eq!(assistant["reasoning_content"], REASONING[0]);
+        assert_eq!(assistant["tool_calls"][0]["id"], call_id);
+    }
+}
+
+#[tokio::test]
+async fn a_tool_call_turns_reasoning_is_remembered_streamed_and_not() {
+    // Clients that pass back the call but not the reasoning (or a reasoning
+    // item with no text, as clients reading only `summary` do): the proxy's
+    // memory fills it in, whichever way the first turn was asked.
+    // With server-side tools configured too: then the agent loop answers.
+    let agent = "[tools]\nbuiltin = [\"current_time\"]\n";
+    for (config, stream) in [("", false), ("", true), (agent, false), (agent, true)] {
+        for reasoning_item in [None, Some(json!({"type": "reasoning", "summary": []}))] {
+            let s = setup_with(config).await;
+            let user = json!({"role": "user", "content": "Weather in Paris?"});
+            let first = json!({"model": "v/deepseek", "input": [user], "tools": [weather_tool()], "stream": stream});
+            let r1 = if stream {
+                create_stream(&s.proxy, &first).await.1.last().unwrap()["response"].clone()
+            } else {
+                create(&s.proxy, &first).await.1
+            };
+            let call = r1["output"].as_array().unwrap().iter().find(|i| i["type"] == "function_call").unwrap().clone();
+            let mut input = vec![user];
+            input.extend(reasoning_item.clone());
+            input.push(json!({"type": "function_call", "call_id": call["call_id"], "name": "get_weather", "arguments": call["arguments"]}));
+            input.push(json!({"type": "function_call_output", "call_id": call["call_id"], "output": "22C"}));
+            let (st, r2) = create(
+                &s.proxy,
+                &json!({"model": "v/deepseek", "input": input, "tools": [weather_tool()], "store": false}),
+            )
+            .await;
+            assert_eq!(st, 200, "config={config:?} stream={stream} item={reasoning_item:?}: {r2}");
+        }
+    }
+}

@@ -32,6 +32,7 @@ fn settings() -> Settings {
         finish_map: Default::default(),
         names_back: Default::default(),
         single_call: false,
+        usage_fields: Default::default(),
     }
 }
 

@@ -177,6 +177,11 @@ pub struct ResponseQuirks {
     /// (DeepSeek-R1 served raw, Qwen3 thinking).
     #[serde(default)]
     pub starts_in_reasoning: bool,
+    /// The vendor's usage fields → OpenAI's, as dotted paths
+    /// (`"usage_x" = "prompt_tokens_details.cached_tokens"`); the common
+    /// ones (DeepSeek's, Kimi's) are read for every profile.
+    #[serde(default)]
+    pub usage: BTreeMap<String, String>,
 }
 
 /// Tool support.

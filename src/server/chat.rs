@@ -153,6 +153,7 @@ async fn start(s: &Shared, req: ChatRequest, as_is: bool) -> Result<Started, Api
         finish_map: provider.profile.response.finish_reason.clone(),
         names_back: plan.names_back,
         single_call,
+        usage_fields: provider.profile.response.usage.clone(),
     };
     let mut norm = Normalizer::new(settings);
     match reply {
@@ -537,6 +538,7 @@ mod tests {
             finish_map: Default::default(),
             names_back: Default::default(),
             single_call: false,
+            usage_fields: Default::default(),
         }
     }
 

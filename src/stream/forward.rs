@@ -164,19 +164,41 @@ pub struct Tokens {
     pub completion_tokens: Option<u64>,
 }
 
-/// An answer's `usage`: absent, `null` (which the full path drops), or an
-/// object with token counts.
+/// An answer's `usage`: absent, `null` (which the full path drops), an
+/// object with token counts, or one the full path would rewrite (a vendor's
+/// names for them, see [`super::usage`]).
 #[derive(Default)]
 enum Usage {
     #[default]
     Absent,
     Null,
     Tokens(Tokens),
+    Vendor,
+}
+
+/// The fields of `usage` the fast path must know of.
+#[derive(Deserialize)]
+struct UsageFields {
+    prompt_tokens: Option<u64>,
+    completion_tokens: Option<u64>,
+    total_tokens: Option<serde::de::IgnoredAny>,
+    prompt_cache_hit_tokens: Option<serde::de::IgnoredAny>,
+    cached_tokens: Option<serde::de::IgnoredAny>,
+    reasoning_tokens: Option<serde::de::IgnoredAny>,
 }
 
 impl<'de> Deserialize<'de> for Usage {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        Ok(Option::<Tokens>::deserialize(d)?.map_or(Usage::Null, Usage::Tokens))
+        Ok(match Option::<UsageFields>::deserialize(d)? {
+            None => Usage::Null,
+            Some(u)
+                if u.prompt_cache_hit_tokens.is_some() || u.cached_tokens.is_some() || u.reasoning_tokens.is_some() =>
+            {
+                Usage::Vendor
+            }
+            Some(u) if u.total_tokens.is_none() && u.prompt_tokens.is_some() => Usage::Vendor,
+            Some(u) => Usage::Tokens(Tokens { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens }),
+        })
     }
 }
 
@@ -184,14 +206,15 @@ impl<'a> Whole<'a> {
     /// The answer, when it is OpenAI's `chat.completion` with its id and
     /// `created`, exactly one choice, and an assistant message of text only
     /// (no reasoning or tool-call keys, not even `null`), with a finish
-    /// reason and no `usage: null` (the full path drops that key).
+    /// reason and no `usage: null` (the full path drops that key) nor vendor
+    /// usage fields (the full path adds OpenAI's).
     pub fn read(body: &'a [u8]) -> Option<Self> {
         let w: Whole<'a> = serde_json::from_slice(body).ok()?;
         let m = &w.choices.0.message;
         let plain = !w.id.is_empty()
             && w.object == "chat.completion"
             && w.created != 0
-            && !matches!(w.usage, Usage::Null)
+            && !matches!(w.usage, Usage::Null | Usage::Vendor)
             && m.role == "assistant"
             && m.content.is_some()
             && !m.rewritten();
@@ -200,6 +223,10 @@ impl<'a> Whole<'a> {
 
     pub fn content(&self) -> &str {
         self.choices.0.message.text()
+    }
+
+    pub fn has_usage(&self) -> bool {
+        !matches!(self.usage, Usage::Absent)
     }
 
     /// The token counts of its `usage` (none without one).
@@ -381,7 +408,8 @@ mod tests {
             Whole::read(WHOLE.as_bytes()).map(|w| (w.content().to_string(), w.finish_reason().to_string(), w.tokens()));
         let tokens = Tokens { prompt_tokens: None, completion_tokens: None };
         assert_eq!(w, Some(("Hi".to_string(), "stop".to_string(), tokens)));
-        let counted = WHOLE.replace(r#"{"total_tokens":3}"#, r#"{"prompt_tokens":1,"completion_tokens":2}"#);
+        let counted =
+            WHOLE.replace(r#"{"total_tokens":3}"#, r#"{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}"#);
         let tokens = Whole::read(counted.as_bytes()).map(|w| w.tokens());
         assert_eq!(tokens, Some(Tokens { prompt_tokens: Some(1), completion_tokens: Some(2) }));
         for (from, to) in [
@@ -393,6 +421,9 @@ mod tests {
             (r#""index":0,"#, ""),
             (r#""finish_reason":"stop""#, r#""finish_reason":null"#),
             (r#""usage":{"total_tokens":3}"#, r#""usage":null"#),
+            // Usage the full path completes (a vendor's cache field, no total).
+            (r#""usage":{"total_tokens":3}"#, r#""usage":{"total_tokens":3,"prompt_cache_hit_tokens":1}"#),
+            (r#""usage":{"total_tokens":3}"#, r#""usage":{"prompt_tokens":1}"#),
             (r#""id":"c1""#, r#""id":"""#),
             (r#""created":7"#, r#""created":0"#),
             (r#""object":"chat.completion""#, r#""object":"chat.completion.chunk""#),

@@ -8,6 +8,7 @@
 pub mod aggregate;
 mod forward;
 pub mod normalize;
+pub mod usage;
 
 pub use aggregate::{Assembler, completion_to_chunk};
 pub use forward::Tokens;

@@ -37,11 +37,15 @@ pub struct Settings {
     pub names_back: std::collections::BTreeMap<String, String>,
     /// Keep only the first tool call (`parallel_tool_calls: false`).
     pub single_call: bool,
+    /// The profile's own usage fields → OpenAI's (see [`super::usage`]).
+    pub usage_fields: std::collections::BTreeMap<String, String>,
 }
 
 struct NativeCall {
     upstream_index: Option<u32>,
     upstream_id: Option<String>,
+    /// The upstream's name for it, to tell a repeated name from a new call.
+    name: String,
     index: u32,
     /// The arguments forwarded so far.
     args: String,
@@ -284,6 +288,7 @@ impl Normalizer {
         let kept = !self.s.finish_map.contains_key(finish) && common_finish(finish) == finish && finish != "tool_calls";
         // The choice's extractor as `push` would make it. The text's trailing
         // whitespace is held and given back at the end, as nothing follows.
+        let kept = kept && (self.s.usage_fields.is_empty() || !w.has_usage());
         let passes = kept && self.extractor().pass(w.content(), true).is_some_and(|p| p.lead.is_empty());
         passes.then(|| w.tokens())
     }
@@ -293,7 +298,11 @@ impl Normalizer {
         if self.choices[ci].done {
             return;
         }
-        let ChunkChoice { index, delta, finish_reason, extra: choice_extra } = choice;
+        let ChunkChoice { index, delta, finish_reason, extra: mut choice_extra } = choice;
+        // Kimi puts the usage inside the last chunk's choice.
+        if let Some(u) = choice_extra.remove("usage").filter(Value::is_object) {
+            self.usage = Some(u);
+        }
         let Delta { content, reasoning_content, tool_calls, extra: mut delta_extra, .. } = delta;
         let mut d = Delta { extra: Map::new(), ..Delta::default() };
         // vLLM / StepFun name the field `reasoning`.
@@ -312,7 +321,8 @@ impl Normalizer {
             self.apply_events(ci, &mut d, &mut pending);
         }
         if let Some(tcs) = tool_calls {
-            let fixed: Vec<ToolCallDelta> = tcs.into_iter().filter_map(|tc| self.native_call(ci, tc)).collect();
+            let fixed: Vec<ToolCallDelta> =
+                tcs.into_iter().enumerate().filter_map(|(i, tc)| self.native_call(ci, tc, i > 0)).collect();
             if !fixed.is_empty() {
                 d.tool_calls.get_or_insert_with(Vec::new).extend(fixed);
             }
@@ -379,7 +389,8 @@ impl Normalizer {
     }
 
     /// Repairs one native tool-call delta; `None` for a dropped call.
-    fn native_call(&mut self, ci: usize, tc: ToolCallDelta) -> Option<ToolCallDelta> {
+    /// `later` says an earlier entry of the same delta's list came before it.
+    fn native_call(&mut self, ci: usize, tc: ToolCallDelta, later: bool) -> Option<ToolCallDelta> {
         let single = self.s.single_call;
         let names_back = &self.s.names_back;
         let st = &mut self.choices[ci];
@@ -387,7 +398,13 @@ impl Normalizer {
         let found = match (&id, tc.index) {
             (Some(id), _) => st.native.iter().position(|c| c.upstream_id.as_deref() == Some(id.as_str())),
             (None, Some(ix)) => st.native.iter().rposition(|c| c.upstream_index == Some(ix)),
-            (None, None) => st.native.len().checked_sub(1),
+            // Neither index nor id: a later entry of one list, or a delta
+            // naming a call after the last one is whole, is a call of its own.
+            (None, None) => match st.native.last() {
+                Some(_) if later => None,
+                Some(last) if starts_new(last, tc.function.as_ref().and_then(|f| f.name.as_deref())) => None,
+                _ => st.native.len().checked_sub(1),
+            },
         };
         let (slot, first) = match found {
             Some(s) => (s, false),
@@ -402,6 +419,7 @@ impl Normalizer {
                 st.native.push(NativeCall {
                     upstream_index: tc.index,
                     upstream_id: id.clone(),
+                    name: tc.function.as_ref().and_then(|f| f.name.clone()).unwrap_or_default(),
                     index,
                     args: String::new(),
                     dropped,
@@ -499,6 +517,9 @@ impl Normalizer {
             self.push_choice(fin, &Map::new(), out);
         }
         let mut held = std::mem::take(&mut self.held);
+        if let Some(u) = self.usage.as_mut() {
+            super::usage::normalize(u, &self.s.usage_fields);
+        }
         match self.usage.take() {
             Some(u) if self.s.want_usage => {
                 out.append(&mut held);
@@ -514,6 +535,16 @@ impl Normalizer {
             }
             None => out.append(&mut held),
         }
+    }
+}
+
+/// Whether an index- and id-less delta naming `name` begins a call after
+/// `last`: a different name, or the same once `last`'s arguments are whole.
+fn starts_new(last: &NativeCall, name: Option<&str>) -> bool {
+    match name.filter(|n| !n.is_empty()) {
+        None => false,
+        Some(n) if n != last.name => true,
+        Some(_) => serde_json::from_str::<serde::de::IgnoredAny>(&last.args).is_ok(),
     }
 }
 
