@@ -87,7 +87,7 @@ impl Respond for Script {
             "weather" => Say::text(&format!("It is {} in Paris.", results[0])),
             "textcall" if results.is_empty() => Say::text(TEXT_CALL),
             "textcall" => Say::text(&format!("Text call answered: {}", results[0])),
-            "deepseek" => {
+            "deepseek" | "deepseek_ws" => {
                 // Thinking mode: every earlier tool-call turn must carry its
                 // exact reasoning.
                 for (i, m) in body["messages"].as_array().unwrap().iter().enumerate() {
@@ -111,7 +111,8 @@ impl Respond for Script {
                 if results.is_empty() {
                     Say {
                         reasoning: Some(REASONING[0]),
-                        content: None,
+                        // DeepSeek writes a blank line before some calls.
+                        content: (body["model"] == "deepseek_ws").then(|| "\n\n".to_string()),
                         calls: vec![weather_call("call_ds_0", "Paris")],
                     }
                 } else {
@@ -823,27 +824,38 @@ async fn a_tool_call_turns_reasoning_is_remembered_streamed_and_not() {
     // memory fills it in, whichever way the first turn was asked.
     // With server-side tools configured too: then the agent loop answers.
     let agent = "[tools]\nbuiltin = [\"current_time\"]\n";
-    for (config, stream) in [("", false), ("", true), (agent, false), (agent, true)] {
+    for (config, stream, model) in [
+        ("", false, "v/deepseek"),
+        ("", true, "v/deepseek"),
+        (agent, false, "v/deepseek"),
+        (agent, true, "v/deepseek"),
+        ("", false, "v/deepseek_ws"),
+        ("", true, "v/deepseek_ws"),
+    ] {
         for reasoning_item in [None, Some(json!({"type": "reasoning", "summary": []}))] {
             let s = setup_with(config).await;
             let user = json!({"role": "user", "content": "Weather in Paris?"});
-            let first = json!({"model": "v/deepseek", "input": [user], "tools": [weather_tool()], "stream": stream});
+            let first = json!({"model": model, "input": [user], "tools": [weather_tool()], "stream": stream});
             let r1 = if stream {
                 create_stream(&s.proxy, &first).await.1.last().unwrap()["response"].clone()
             } else {
                 create(&s.proxy, &first).await.1
             };
-            let call = r1["output"].as_array().unwrap().iter().find(|i| i["type"] == "function_call").unwrap().clone();
+            let out = r1["output"].as_array().unwrap();
+            let call = out.iter().find(|i| i["type"] == "function_call").unwrap().clone();
+            // The output passed back as it came, but for the reasoning.
             let mut input = vec![user];
-            input.extend(reasoning_item.clone());
-            input.push(json!({"type": "function_call", "call_id": call["call_id"], "name": "get_weather", "arguments": call["arguments"]}));
+            for it in out {
+                match it["type"].as_str() {
+                    Some("reasoning") => input.extend(reasoning_item.clone()),
+                    _ => input.push(it.clone()),
+                }
+            }
             input.push(json!({"type": "function_call_output", "call_id": call["call_id"], "output": "22C"}));
-            let (st, r2) = create(
-                &s.proxy,
-                &json!({"model": "v/deepseek", "input": input, "tools": [weather_tool()], "store": false}),
-            )
-            .await;
-            assert_eq!(st, 200, "config={config:?} stream={stream} item={reasoning_item:?}: {r2}");
+            let (st, r2) =
+                create(&s.proxy, &json!({"model": model, "input": input, "tools": [weather_tool()], "store": false}))
+                    .await;
+            assert_eq!(st, 200, "{model} config={config:?} stream={stream} item={reasoning_item:?}: {r2}");
         }
     }
 }
