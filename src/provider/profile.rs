@@ -9,6 +9,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 
+pub use crate::config::ToolMode;
+
 /// One vendor or server.
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -287,23 +289,6 @@ pub enum ConflictFallback {
     DisableThinking,
     /// Tools are emulated by prompt for that turn; thinking stays on.
     Prompt,
-}
-
-/// `tool_calls` modes (DESIGN.md).
-#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
-#[serde(rename_all = "snake_case")]
-pub enum ToolMode {
-    /// Trust and repair native tool calls only.
-    Native,
-    /// Native plus recovery of calls written in the text, always.
-    Text,
-    /// Tools are described in a prompt and the tool history is rewritten as
-    /// text (upstream takes none); calls are parsed from the answer. See
-    /// [`crate::provider::prompt_tools`].
-    Prompt,
-    /// Native plus text recovery whenever the request declared tools.
-    #[default]
-    Auto,
 }
 
 /// How vendor error bodies map to OpenAI statuses.

@@ -10,7 +10,7 @@
 //! [`gate`] (tools offered only once their skill was read), [`watch`]
 //! (hot reload). The agent loop (`agent/`) is what uses them.
 
-pub mod config;
+pub use crate::config::skills as config;
 pub mod frontmatter;
 pub mod gate;
 pub mod prompt;

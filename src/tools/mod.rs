@@ -12,7 +12,7 @@
 //! without any work.
 
 pub mod builtin;
-pub mod config;
+pub use crate::config::tools as config;
 pub mod dispatch;
 pub mod mcp;
 mod mcp_session;

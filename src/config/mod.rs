@@ -7,7 +7,29 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::provider::ToolMode;
+pub mod auth;
+pub mod limits;
+pub mod skills;
+pub mod state;
+pub mod telemetry;
+pub mod tools;
+
+/// `tool_calls` modes (DESIGN.md).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolMode {
+    /// Trust and repair native tool calls only.
+    Native,
+    /// Native plus recovery of calls written in the text, always.
+    Text,
+    /// Tools are described in a prompt and the tool history is rewritten as
+    /// text (upstream takes none); calls are parsed from the answer. See
+    /// `provider::prompt_tools`.
+    Prompt,
+    /// Native plus text recovery whenever the request declared tools.
+    #[default]
+    Auto,
+}
 
 /// The config file as written.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -39,24 +61,24 @@ pub struct Config {
     /// command line fills in the defaults (`~/.modelshim/skills`, `./skills`)
     /// when the file has no `[skills]` section.
     #[serde(default)]
-    pub skills: Option<crate::skills::SkillsConfig>,
+    pub skills: Option<skills::SkillsConfig>,
     /// MCP servers whose tools run server-side.
     #[serde(default)]
-    pub mcp: Option<crate::tools::McpConfig>,
+    pub mcp: Option<tools::McpConfig>,
     /// Server-side tools and the agent loop.
     #[serde(default)]
-    pub tools: Option<crate::tools::ToolsConfig>,
+    pub tools: Option<tools::ToolsConfig>,
     /// Proxy keys (none: open, loopback only unless told otherwise).
     #[serde(default)]
-    pub auth: Option<crate::server::auth::AuthConfig>,
+    pub auth: Option<auth::AuthConfig>,
     /// Request size and concurrency limits, shutdown grace.
     #[serde(default)]
-    pub limits: crate::server::limits::LimitsConfig,
+    pub limits: limits::LimitsConfig,
     #[serde(default)]
-    pub state: crate::state::StateConfig,
+    pub state: state::StateConfig,
     /// Optional OpenTelemetry trace export.
     #[serde(default)]
-    pub telemetry: crate::telemetry::TelemetryConfig,
+    pub telemetry: telemetry::TelemetryConfig,
 }
 
 /// A `[models]` entry: one target, or targets tried in order when the

@@ -33,7 +33,7 @@ pub struct SkillsConfig {
     #[serde(default = "d_max_output")]
     pub max_output_bytes: usize,
     /// The system-message section; `{skills}` is replaced by the list of
-    /// skills. Default: [`crate::skills::prompt::DEFAULT_TEMPLATE`].
+    /// skills. Default: `skills::prompt::DEFAULT_TEMPLATE`.
     #[serde(default)]
     pub prompt_template: Option<String>,
     /// Characters the skills section may take in the system message (it is
@@ -85,7 +85,7 @@ pub struct SkillDir {
 
 impl SkillsConfig {
     pub fn script_timeout(&self) -> Duration {
-        crate::tools::config::secs(self.script_timeout_secs)
+        super::tools::secs(self.script_timeout_secs)
     }
 
     /// The folders in order, `~` expanded. A folder under the home directory
