@@ -129,10 +129,68 @@ pub const MAX_DEPTH: usize = 100;
 /// Near-JSON repaired into a value, unless it nests deeper than
 /// [`MAX_DEPTH`]. Every repair goes through here.
 pub fn loads(text: &str) -> Option<Value> {
-    if scan::bracket_depth(text) > MAX_DEPTH {
+    if scan::bracket_depth(text) > MAX_DEPTH || has_prose(text) {
         return None;
     }
     llm_json::loads(text, &llm_json::RepairOptions::default()).ok()
+}
+
+/// Whether near-JSON holds words that are neither a literal, a number nor
+/// an unquoted key: repair would turn them into keys or strings the model
+/// never wrote (`{invalid json}` → `{"invalid json": ""}`), so it must not.
+fn has_prose(text: &str) -> bool {
+    let b = text.as_bytes();
+    let (mut depth, mut i) = (0usize, 0);
+    while i < b.len() {
+        match b[i] {
+            q @ (b'"' | b'\'') if depth > 0 => {
+                i += 1;
+                while i < b.len() && b[i] != q {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'{' | b'[' | b'(' => {
+                depth += 1;
+                i += 1;
+            }
+            b'}' | b']' | b')' => {
+                depth = depth.saturating_sub(1);
+                i += 1;
+            }
+            x if depth == 0 || x.is_ascii_whitespace() || matches!(x, b':' | b',') => i += 1,
+            _ => {
+                let start = i;
+                while i < b.len()
+                    && !matches!(b[i], b'"' | b'\'' | b'{' | b'}' | b'[' | b']' | b'(' | b')' | b':' | b',')
+                {
+                    i += 1;
+                }
+                let word = scan::trim(&text[start..i]);
+                let key = b.get(skip_spaces(b, i)) == Some(&b':');
+                if !bare_word_ok(word, key) {
+                    return true;
+                }
+            }
+        }
+    }
+    false
+}
+
+fn skip_spaces(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && b[i].is_ascii_whitespace() {
+        i += 1;
+    }
+    i
+}
+
+/// A literal or number; before a `:` also an identifier (an unquoted key).
+fn bare_word_ok(w: &str, key: bool) -> bool {
+    const LITERALS: &[&str] = &["true", "false", "null", "True", "False", "None", "NaN", "Infinity", "-Infinity"];
+    if w.is_empty() || LITERALS.contains(&w) || w.parse::<f64>().is_ok() {
+        return true;
+    }
+    key && w.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'$' | b'.'))
 }
 
 /// Maps a plain-string argument onto the tool's schema: JSON object text is
@@ -171,6 +229,18 @@ mod tests {
         }
         let ok = format!("{{\"a\": {}1{}}}", "[".repeat(100), "]".repeat(100));
         assert!(json_arguments(&ok).is_some());
+    }
+
+    #[test]
+    fn repair_never_turns_prose_into_keys() {
+        assert_eq!(repair("{invalid json}"), None);
+        assert_eq!(repair(r#"{"name":"test","arguments": malformed}"#), None);
+        assert_eq!(repair("{city: Paris}"), None);
+        assert_eq!(
+            repair("{a: 1, b: 'x y', c: None, d: -1.5e3}").as_deref(),
+            Some(r#"{"a":1,"b":"x y","c":null,"d":-1500.0}"#)
+        );
+        assert_eq!(repair(r#"{"city": "Beijing""#).as_deref(), Some(r#"{"city":"Beijing"}"#));
     }
 
     #[test]
