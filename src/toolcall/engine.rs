@@ -48,8 +48,14 @@ fn word(b: &[u8]) -> u64 {
 }
 
 enum Pattern {
-    Reasoning { close: &'static str },
-    Marker { formats: Vec<usize> },
+    Reasoning {
+        close: &'static str,
+    },
+    Marker {
+        formats: Vec<usize>,
+    },
+    /// A special token that is never prose: dropped.
+    Stray,
 }
 
 /// The formats one route uses, compiled once: build it at config time and
@@ -103,12 +109,19 @@ impl FormatSet {
             for m in f.markers() {
                 match patterns.iter_mut().find(|(p, _)| p == m) {
                     Some((_, Pattern::Marker { formats })) => formats.push(i),
-                    Some((_, Pattern::Reasoning { .. })) => {}
+                    Some((_, Pattern::Reasoning { .. } | Pattern::Stray)) => {}
                     None => patterns.push((m, Pattern::Marker { formats: vec![i] })),
                 }
             }
             for b in f.start_bytes() {
                 start_byte[*b as usize] = true;
+            }
+        }
+        for f in &formats {
+            for m in f.strays() {
+                if !patterns.iter().any(|(p, _)| p == m) {
+                    patterns.push((m, Pattern::Stray));
+                }
             }
         }
         let mut first_byte = [false; 256];
@@ -264,6 +277,9 @@ pub struct Extractor {
     /// Prose before a call had no whitespace before it: the separator is
     /// taken from the whitespace after the call, if any.
     sep_after: bool,
+    /// A marker was found to be text: the closing tokens of that block stay
+    /// text with it (a rejected block is shown verbatim), until a call parses.
+    rejected: bool,
     /// An empty candidate list with capacity, reused by the next region.
     spare: Vec<Cand>,
     /// The calls of the region being finished (empty between regions).
@@ -288,6 +304,7 @@ impl Extractor {
             ws: String::new(),
             trim_next: false,
             sep_after: false,
+            rejected: false,
             spare: Vec::new(),
             calls: Vec::new(),
         }
@@ -418,6 +435,8 @@ impl Extractor {
                     cands.extend(formats.iter().copied().map(new_cand));
                     self.state = State::Region { cands, marker_len: len };
                 }
+                Pattern::Stray if !self.rejected => self.head += len,
+                Pattern::Stray => self.emit_text_to(len, out),
             }
             return true;
         }
@@ -483,6 +502,7 @@ impl Extractor {
             }
         }
         if let Some(p) = done {
+            self.rejected = false;
             self.head += p.consumed;
             self.leave_region();
             emit(out, Event::Reasoning(p.reasoning));
@@ -507,6 +527,8 @@ impl Extractor {
         if cands.is_empty() || buf.len() > MAX_REGION {
             // Not a call after all: the marker is text; scan on after it.
             let cut = ceil_char_boundary(buf, marker_len);
+            // A start byte that opened no call is no block to keep verbatim.
+            self.rejected |= marker_len > 1;
             self.leave_region();
             self.emit_text_to(cut, out);
             return true;

@@ -53,6 +53,12 @@ pub trait Format: Sync {
     fn start_bytes(&self) -> &'static [u8] {
         &[]
     }
+    /// Special tokens of the format that are never prose (a closing token
+    /// left alone, an end-of-sentence token): dropped wherever text holds
+    /// them outside a call.
+    fn strays(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// Parse the region. `region` starts at the marker (or at the start byte).
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step;
 }

@@ -35,6 +35,10 @@ impl Format for DeepseekV32Dsml {
         &["<｜DSML｜function_calls>", "<function_calls>"]
     }
 
+    fn strays(&self) -> &'static [&'static str] {
+        &["</｜DSML｜function_calls>", "<｜end▁of▁sentence｜>"]
+    }
+
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
         let Some(gt) = region.find('>') else {
             return Step::Reject;
