@@ -26,8 +26,10 @@ pub(super) fn finish(p: Parsed, format: &'static str, tools: &ToolIndex, calls: 
     let len = calls.len();
     for raw in p.calls {
         match finish_call(raw, format, tools) {
-            Some(call) => calls.push(call),
-            None => {
+            Ok(call) => calls.push(call),
+            // An undeclared name keeps the whole block visible, salvage or not.
+            Err(Bad::Args) if p.salvage => {}
+            Err(_) => {
                 calls.truncate(len);
                 return None;
             }
@@ -36,28 +38,39 @@ pub(super) fn finish(p: Parsed, format: &'static str, tools: &ToolIndex, calls: 
     Some(Finished { consumed: p.consumed, content: p.content, reasoning: p.reasoning })
 }
 
-fn finish_call(raw: RawCall, format: &'static str, tools: &ToolIndex) -> Option<Call> {
+/// Why a raw call did not pass the guards.
+enum Bad {
+    Name,
+    Args,
+}
+
+fn finish_call(raw: RawCall, format: &'static str, tools: &ToolIndex) -> Result<Call, Bad> {
     let RawCall { name, args, id } = raw;
     // The model's string is kept when it is the declared spelling already.
-    let declared = match tools.resolve(&name)? {
+    let declared = match tools.resolve(&name).ok_or(Bad::Name)? {
         d if d == name => None,
         d => Some(d.to_string()),
     };
     let name = declared.unwrap_or(name);
+    let arguments = arguments(args, tools.schema(&name)).ok_or(Bad::Args)?;
+    Ok(Call { id, name, arguments, format })
+}
+
+fn arguments(args: Args, schema: Option<&Value>) -> Option<String> {
     let arguments = match args {
         Args::Json(text) => owned_json_arguments(text)?,
         Args::Checked(text) => checked_arguments(text)?,
         Args::Value(Value::Null) | Args::Empty => "{}".to_string(),
         Args::Value(v @ Value::Object(_)) => v.to_string(),
         Args::Value(_) => return None,
-        Args::Text(text) => text_arguments(&text, tools.schema(&name))?,
+        Args::Text(text) => text_arguments(&text, schema)?,
     };
     // Valid but deeper than any JSON reader downstream takes (serde_json
     // stops at 128): no call, the region stays text.
     if scan::bracket_depth(&arguments) > MAX_DEPTH + 1 {
         return None;
     }
-    Some(Call { id, name, arguments, format })
+    Some(arguments)
 }
 
 /// Normalizes JSON argument text to a JSON object string.

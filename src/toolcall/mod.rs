@@ -101,6 +101,10 @@ pub struct Parsed {
     pub content: String,
     /// Reasoning found in the region (harmony `analysis`).
     pub reasoning: String,
+    /// The region is complete markup of the format's own tokens: a call whose
+    /// arguments fail the guards is dropped with its markup, and the other
+    /// calls are kept, instead of the whole region becoming text.
+    pub salvage: bool,
 }
 
 /// A call as a parser saw it, before the shared guards run.

@@ -388,7 +388,9 @@ pub fn framed(region: &str, ctx: &Ctx<'_>, f: &Frame, body: impl Fn(&str, bool) 
     } else {
         after
     };
-    Step::Done(Parsed { consumed, calls: vec![call], ..Default::default() })
+    // Both call tokens are there: a call with broken arguments is dropped
+    // with its tokens, not shown as text.
+    Step::Done(Parsed { consumed, calls: vec![call], salvage: true, ..Default::default() })
 }
 
 /// Text a model may write between the section token and its first call
