@@ -26,8 +26,10 @@ pub(super) fn finish(p: Parsed, format: &'static str, tools: &ToolIndex, calls: 
     let len = calls.len();
     for raw in p.calls {
         match finish_call(raw, format, tools) {
-            Some(call) => calls.push(call),
-            None => {
+            Ok(call) => calls.push(call),
+            // An undeclared name keeps the whole block visible, salvage or not.
+            Err(Bad::Args) if p.salvage => {}
+            Err(_) => {
                 calls.truncate(len);
                 return None;
             }
@@ -36,28 +38,39 @@ pub(super) fn finish(p: Parsed, format: &'static str, tools: &ToolIndex, calls: 
     Some(Finished { consumed: p.consumed, content: p.content, reasoning: p.reasoning })
 }
 
-fn finish_call(raw: RawCall, format: &'static str, tools: &ToolIndex) -> Option<Call> {
+/// Why a raw call did not pass the guards.
+enum Bad {
+    Name,
+    Args,
+}
+
+fn finish_call(raw: RawCall, format: &'static str, tools: &ToolIndex) -> Result<Call, Bad> {
     let RawCall { name, args, id } = raw;
     // The model's string is kept when it is the declared spelling already.
-    let declared = match tools.resolve(&name)? {
+    let declared = match tools.resolve(&name).ok_or(Bad::Name)? {
         d if d == name => None,
         d => Some(d.to_string()),
     };
     let name = declared.unwrap_or(name);
+    let arguments = arguments(args, tools.schema(&name)).ok_or(Bad::Args)?;
+    Ok(Call { id, name, arguments, format })
+}
+
+fn arguments(args: Args, schema: Option<&Value>) -> Option<String> {
     let arguments = match args {
         Args::Json(text) => owned_json_arguments(text)?,
         Args::Checked(text) => checked_arguments(text)?,
         Args::Value(Value::Null) | Args::Empty => "{}".to_string(),
         Args::Value(v @ Value::Object(_)) => v.to_string(),
         Args::Value(_) => return None,
-        Args::Text(text) => text_arguments(&text, tools.schema(&name))?,
+        Args::Text(text) => text_arguments(&text, schema)?,
     };
     // Valid but deeper than any JSON reader downstream takes (serde_json
     // stops at 128): no call, the region stays text.
     if scan::bracket_depth(&arguments) > MAX_DEPTH + 1 {
         return None;
     }
-    Some(Call { id, name, arguments, format })
+    Some(arguments)
 }
 
 /// Normalizes JSON argument text to a JSON object string.
@@ -129,10 +142,68 @@ pub const MAX_DEPTH: usize = 100;
 /// Near-JSON repaired into a value, unless it nests deeper than
 /// [`MAX_DEPTH`]. Every repair goes through here.
 pub fn loads(text: &str) -> Option<Value> {
-    if scan::bracket_depth(text) > MAX_DEPTH {
+    if scan::bracket_depth(text) > MAX_DEPTH || has_prose(text) {
         return None;
     }
     llm_json::loads(text, &llm_json::RepairOptions::default()).ok()
+}
+
+/// Whether near-JSON holds words that are neither a literal, a number nor
+/// an unquoted key: repair would turn them into keys or strings the model
+/// never wrote (`{invalid json}` → `{"invalid json": ""}`), so it must not.
+fn has_prose(text: &str) -> bool {
+    let b = text.as_bytes();
+    let (mut depth, mut i) = (0usize, 0);
+    while i < b.len() {
+        match b[i] {
+            q @ (b'"' | b'\'') if depth > 0 => {
+                i += 1;
+                while i < b.len() && b[i] != q {
+                    i += if b[i] == b'\\' { 2 } else { 1 };
+                }
+                i += 1;
+            }
+            b'{' | b'[' | b'(' => {
+                depth += 1;
+                i += 1;
+            }
+            b'}' | b']' | b')' => {
+                depth = depth.saturating_sub(1);
+                i += 1;
+            }
+            x if depth == 0 || x.is_ascii_whitespace() || matches!(x, b':' | b',') => i += 1,
+            _ => {
+                let start = i;
+                while i < b.len()
+                    && !matches!(b[i], b'"' | b'\'' | b'{' | b'}' | b'[' | b']' | b'(' | b')' | b':' | b',')
+                {
+                    i += 1;
+                }
+                let word = scan::trim(&text[start..i]);
+                let key = b.get(skip_spaces(b, i)) == Some(&b':');
+                if !bare_word_ok(word, key) {
+                    return true;
+                }
+            }
+        }
+    }
+    false
+}
+
+fn skip_spaces(b: &[u8], mut i: usize) -> usize {
+    while i < b.len() && b[i].is_ascii_whitespace() {
+        i += 1;
+    }
+    i
+}
+
+/// A literal or number; before a `:` also an identifier (an unquoted key).
+fn bare_word_ok(w: &str, key: bool) -> bool {
+    const LITERALS: &[&str] = &["true", "false", "null", "True", "False", "None", "NaN", "Infinity", "-Infinity"];
+    if w.is_empty() || LITERALS.contains(&w) || w.parse::<f64>().is_ok() {
+        return true;
+    }
+    key && w.bytes().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'_' | b'-' | b'$' | b'.'))
 }
 
 /// Maps a plain-string argument onto the tool's schema: JSON object text is
@@ -171,6 +242,18 @@ mod tests {
         }
         let ok = format!("{{\"a\": {}1{}}}", "[".repeat(100), "]".repeat(100));
         assert!(json_arguments(&ok).is_some());
+    }
+
+    #[test]
+    fn repair_never_turns_prose_into_keys() {
+        assert_eq!(repair("{invalid json}"), None);
+        assert_eq!(repair(r#"{"name":"test","arguments": malformed}"#), None);
+        assert_eq!(repair("{city: Paris}"), None);
+        assert_eq!(
+            repair("{a: 1, b: 'x y', c: None, d: -1.5e3}").as_deref(),
+            Some(r#"{"a":1,"b":"x y","c":null,"d":-1500.0}"#)
+        );
+        assert_eq!(repair(r#"{"city": "Beijing""#).as_deref(), Some(r#"{"city":"Beijing"}"#));
     }
 
     #[test]

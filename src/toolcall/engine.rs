@@ -48,8 +48,14 @@ fn word(b: &[u8]) -> u64 {
 }
 
 enum Pattern {
-    Reasoning { close: &'static str },
-    Marker { formats: Vec<usize> },
+    Reasoning {
+        close: &'static str,
+    },
+    Marker {
+        formats: Vec<usize>,
+    },
+    /// A special token that is never prose: dropped.
+    Stray,
 }
 
 /// The formats one route uses, compiled once: build it at config time and
@@ -103,12 +109,19 @@ impl FormatSet {
             for m in f.markers() {
                 match patterns.iter_mut().find(|(p, _)| p == m) {
                     Some((_, Pattern::Marker { formats })) => formats.push(i),
-                    Some((_, Pattern::Reasoning { .. })) => {}
+                    Some((_, Pattern::Reasoning { .. } | Pattern::Stray)) => {}
                     None => patterns.push((m, Pattern::Marker { formats: vec![i] })),
                 }
             }
             for b in f.start_bytes() {
                 start_byte[*b as usize] = true;
+            }
+        }
+        for f in &formats {
+            for m in f.strays() {
+                if !patterns.iter().any(|(p, _)| p == m) {
+                    patterns.push((m, Pattern::Stray));
+                }
             }
         }
         let mut first_byte = [false; 256];
@@ -258,8 +271,15 @@ pub struct Extractor {
     /// Trailing whitespace of the text so far, held until we know whether
     /// prose or a call follows (template newlines around calls are dropped).
     ws: String,
-    /// A call or a reasoning block just ended: leading whitespace is dropped.
+    /// A call or a reasoning block just ended: leading whitespace is dropped
+    /// (`ws` then holds the one separator the call's removal leaves).
     trim_next: bool,
+    /// Prose before a call had no whitespace before it: the separator is
+    /// taken from the whitespace after the call, if any.
+    sep_after: bool,
+    /// A marker was found to be text: the closing tokens of that block stay
+    /// text with it (a rejected block is shown verbatim), until a call parses.
+    rejected: bool,
     /// An empty candidate list with capacity, reused by the next region.
     spare: Vec<Cand>,
     /// The calls of the region being finished (empty between regions).
@@ -283,6 +303,8 @@ impl Extractor {
             finished: false,
             ws: String::new(),
             trim_next: false,
+            sep_after: false,
+            rejected: false,
             spare: Vec::new(),
             calls: Vec::new(),
         }
@@ -413,6 +435,8 @@ impl Extractor {
                     cands.extend(formats.iter().copied().map(new_cand));
                     self.state = State::Region { cands, marker_len: len };
                 }
+                Pattern::Stray if !self.rejected => self.head += len,
+                Pattern::Stray => self.emit_text_to(len, out),
             }
             return true;
         }
@@ -428,6 +452,7 @@ impl Extractor {
             self.state = State::Text;
             self.ws.clear();
             self.trim_next = true;
+            self.sep_after = false;
             return true;
         }
         let hold = if eof { 0 } else { suffix_prefix_len(self.rest(), close) };
@@ -477,12 +502,23 @@ impl Extractor {
             }
         }
         if let Some(p) = done {
+            self.rejected = false;
             self.head += p.consumed;
             self.leave_region();
             emit(out, Event::Reasoning(p.reasoning));
-            push_text(&mut self.ws, &mut self.trim_next, &mut self.at_start, &p.content, out);
+            push_text(&mut self.ws, &mut self.trim_next, &mut self.sep_after, &mut self.at_start, &p.content, out);
             if !self.calls.is_empty() {
-                self.ws.clear();
+                // Prose on both sides of a removed call keeps one whitespace
+                // between them (`one <call> two` is `one two`), not `onetwo`.
+                if !self.at_start && !self.trim_next {
+                    let sep = separator(&self.ws);
+                    self.sep_after = sep.is_empty();
+                    self.ws.clear();
+                    self.ws.push_str(sep);
+                }
+                if self.at_start {
+                    self.ws.clear();
+                }
                 self.trim_next = true;
             }
             out.extend(self.calls.drain(..).map(Event::Call));
@@ -491,6 +527,8 @@ impl Extractor {
         if cands.is_empty() || buf.len() > MAX_REGION {
             // Not a call after all: the marker is text; scan on after it.
             let cut = ceil_char_boundary(buf, marker_len);
+            // A start byte that opened no call is no block to keep verbatim.
+            self.rejected |= marker_len > 1;
             self.leave_region();
             self.emit_text_to(cut, out);
             return true;
@@ -514,7 +552,14 @@ impl Extractor {
         }
         let start = self.head;
         self.head += end;
-        push_text(&mut self.ws, &mut self.trim_next, &mut self.at_start, &self.buf[start..self.head], out);
+        push_text(
+            &mut self.ws,
+            &mut self.trim_next,
+            &mut self.sep_after,
+            &mut self.at_start,
+            &self.buf[start..self.head],
+            out,
+        );
     }
 
     /// Emits the next `end` undecided bytes as reasoning.
@@ -539,14 +584,27 @@ impl Extractor {
 
 /// Emits visible text, holding trailing whitespace back (see `Extractor::ws`).
 /// The text is copied once: into the previous text event, or a new one.
-fn push_text(ws: &mut String, trim_next: &mut bool, at_start: &mut bool, t: &str, out: &mut Vec<Event>) {
+fn push_text(
+    ws: &mut String,
+    trim_next: &mut bool,
+    sep_after: &mut bool,
+    at_start: &mut bool,
+    t: &str,
+    out: &mut Vec<Event>,
+) {
     let mut t = t;
     if *trim_next {
-        t = scan::trim_start(t);
+        let body = scan::trim_start(t);
+        if *sep_after && body.len() < t.len() {
+            ws.push_str(separator(&t[..t.len() - body.len()]));
+            *sep_after = false;
+        }
+        t = body;
         if t.is_empty() {
             return;
         }
         *trim_next = false;
+        *sep_after = false;
     }
     let body = scan::trim_end(t);
     if body.is_empty() {
@@ -568,6 +626,17 @@ fn push_text(ws: &mut String, trim_next: &mut bool, at_start: &mut bool, t: &str
     }
     ws.clear();
     ws.push_str(&t[body.len()..]);
+}
+
+/// The one whitespace that stands for `ws` between two pieces of prose.
+fn separator(ws: &str) -> &'static str {
+    if ws.is_empty() {
+        ""
+    } else if ws.contains('\n') {
+        "\n"
+    } else {
+        " "
+    }
 }
 
 fn new_cand(format: usize) -> Cand {
@@ -729,6 +798,33 @@ mod tests {
             let text = parts.concat();
             let want = set.ac.as_ref().and_then(|ac| ac.find(text.as_str())).map(|m| (m.start(), m.len(), m.pattern().as_usize()));
             proptest::prop_assert_eq!(set.find(&text), want);
+        }
+    }
+
+    fn content(text: &str, pieces: usize) -> Extraction {
+        let set = Arc::new(FormatSet::all());
+        let tools = Arc::new(ToolIndex::open());
+        let mut ex = Extractor::new(set, tools);
+        let mut out = Vec::new();
+        let chars: Vec<char> = text.chars().collect();
+        for part in chars.chunks(pieces.max(1)) {
+            ex.feed(&part.iter().collect::<String>(), &mut out);
+        }
+        ex.finish(&mut out);
+        Extraction::from_events(out)
+    }
+
+    #[test]
+    fn prose_around_a_removed_call_keeps_one_separator() {
+        let call = r#"<tool_call>{"name": "f", "arguments": {}}</tool_call>"#;
+        for n in [1, 3, 1000] {
+            assert_eq!(content(&format!("one {call} two"), n).content, "one two");
+            assert_eq!(content(&format!("one\n\n{call}\n\ntwo"), n).content, "one\ntwo");
+            assert_eq!(content(&format!("one{call} two"), n).content, "one two");
+            assert_eq!(content(&format!("one{call}two"), n).content, "onetwo");
+            assert_eq!(content(&format!("{call} two"), n).content, "two");
+            assert_eq!(content(&format!("one {call}\n"), n).content, "one");
+            assert_eq!(content(&format!("one {call} {call} two"), n).content, "one two");
         }
     }
 

@@ -53,6 +53,12 @@ pub trait Format: Sync {
     fn start_bytes(&self) -> &'static [u8] {
         &[]
     }
+    /// Special tokens of the format that are never prose (a closing token
+    /// left alone, an end-of-sentence token): dropped wherever text holds
+    /// them outside a call.
+    fn strays(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// Parse the region. `region` starts at the marker (or at the start byte).
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step;
 }
@@ -95,6 +101,10 @@ pub struct Parsed {
     pub content: String,
     /// Reasoning found in the region (harmony `analysis`).
     pub reasoning: String,
+    /// The region is complete markup of the format's own tokens: a call whose
+    /// arguments fail the guards is dropped with its markup, and the other
+    /// calls are kept, instead of the whole region becoming text.
+    pub salvage: bool,
 }
 
 /// A call as a parser saw it, before the shared guards run.

@@ -46,6 +46,11 @@ pub(super) static TOKENS: [Tokens; 2] = [
     },
 ];
 
+/// Closing and end-of-sentence tokens that leak alone (after a call the
+/// section was already closed, or the serving stack kept the EOS token).
+/// The `_` spellings are Step-3's tokens too, whose unclosed block stays text.
+pub(super) const STRAYS: &[&str] = &["<｜tool▁calls▁end｜>", "<｜tool▁call▁end｜>", "<｜end▁of▁sentence｜>"];
+
 pub(super) const MARKERS: &[&str] =
     &["<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool_calls_begin｜>", "<｜tool_call_begin｜>"];
 
@@ -61,6 +66,10 @@ impl Format for DeepseekV3 {
 
     fn markers(&self) -> &'static [&'static str] {
         MARKERS
+    }
+
+    fn strays(&self) -> &'static [&'static str] {
+        STRAYS
     }
 
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {

@@ -8,7 +8,7 @@
 //! Dispatch against `deepseek_v3` is on the body: the arguments must be a
 //! JSON object right after the separator.
 
-use super::deepseek_v3::{MARKERS, tokens};
+use super::deepseek_v3::{MARKERS, STRAYS, tokens};
 use super::json_calls::{framed, whole_json};
 use crate::toolcall::scan::split_once;
 use crate::toolcall::{Args, Ctx, Format, RawCall, Step};
@@ -22,6 +22,10 @@ impl Format for DeepseekV31 {
 
     fn markers(&self) -> &'static [&'static str] {
         MARKERS
+    }
+
+    fn strays(&self) -> &'static [&'static str] {
+        STRAYS
     }
 
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {

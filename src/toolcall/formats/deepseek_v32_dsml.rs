@@ -35,6 +35,10 @@ impl Format for DeepseekV32Dsml {
         &["<｜DSML｜function_calls>", "<function_calls>"]
     }
 
+    fn strays(&self) -> &'static [&'static str] {
+        &["</｜DSML｜function_calls>", "<｜end▁of▁sentence｜>"]
+    }
+
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
         let Some(gt) = region.find('>') else {
             return Step::Reject;
@@ -59,16 +63,23 @@ impl Format for DeepseekV32Dsml {
         // only for an unclosed block, where the kept invokes end it.
         let plain = text.replace(&format!("<{DSML}"), "<").replace(&format!("</{DSML}"), "</");
         let (invokes, end) = xml::invokes(&plain, "", &[]);
-        let calls: Vec<RawCall> = invokes.iter().map(|inv| call(inv, ctx)).collect();
-        if calls.is_empty() {
+        // An invoke without a name, or whose body is prose (neither
+        // parameters nor JSON), is dropped; the block's other calls stand.
+        let calls: Vec<RawCall> = invokes.iter().filter(|inv| intact(inv)).map(|inv| call(inv, ctx)).collect();
+        if calls.is_empty() && (close.is_none() || invokes.is_empty()) {
             return Step::Reject;
         }
         let consumed = match close {
             Some(c) => c,
             None => body + original_end(text, end),
         };
-        Step::Done(Parsed { consumed, calls, ..Default::default() })
+        Step::Done(Parsed { consumed, calls, salvage: close.is_some(), ..Default::default() })
     }
+}
+
+fn intact(inv: &xml::Invoke<'_>) -> bool {
+    let inner = inv.inner.trim();
+    !inv.name.is_empty() && (inner.is_empty() || inner.starts_with('{') || inner.starts_with("<parameter"))
 }
 
 fn call(inv: &xml::Invoke<'_>, ctx: &Ctx<'_>) -> RawCall {

@@ -355,6 +355,8 @@ pub fn framed(region: &str, ctx: &Ctx<'_>, f: &Frame, body: impl Fn(&str, bool) 
     if !rest.starts_with(f.call_begin) {
         return if !ctx.eof && f.call_begin.starts_with(rest) {
             Step::Need(Wait::Len(i + f.call_begin.len()))
+        } else if !ctx.eof && i > 0 && region.len() < i + MAX_GAP {
+            Step::Need(Wait::Marker { marker: f.call_begin, from: i })
         } else {
             Step::Reject
         };
@@ -386,12 +388,30 @@ pub fn framed(region: &str, ctx: &Ctx<'_>, f: &Frame, body: impl Fn(&str, bool) 
     } else {
         after
     };
-    Step::Done(Parsed { consumed, calls: vec![call], ..Default::default() })
+    // Both call tokens are there: a call with broken arguments is dropped
+    // with its tokens, not shown as text.
+    Step::Done(Parsed { consumed, calls: vec![call], salvage: true, ..Default::default() })
 }
 
-/// Where the region's first call token is (after the section token, if any).
+/// Text a model may write between the section token and its first call
+/// token (dropped with the markup); past this the section token is prose.
+const MAX_GAP: usize = 256;
+
+/// Where the region's first call token is (after the section token, if any;
+/// a short text between the two is part of the markup, not content).
 fn call_start(region: &str, f: &Frame) -> usize {
-    if region.starts_with(f.section_begin) { skip_ws(region, f.section_begin.len()) } else { 0 }
+    if !region.starts_with(f.section_begin) {
+        return 0;
+    }
+    let at = skip_ws(region, f.section_begin.len());
+    let mut window = (at + MAX_GAP + f.call_begin.len()).min(region.len());
+    while !region.is_char_boundary(window) {
+        window -= 1;
+    }
+    match find(&region[..window], f.call_begin, at) {
+        Some(c) if find(&region[..c], f.section_end, at).is_none() => c,
+        _ => at,
+    }
 }
 
 /// Where the first call's body starts, once its call token has arrived:

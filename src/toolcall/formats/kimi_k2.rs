@@ -31,6 +31,10 @@ impl Format for KimiK2 {
         &[FRAME.section_begin, FRAME.call_begin]
     }
 
+    fn strays(&self) -> &'static [&'static str] {
+        &[FRAME.section_end, FRAME.call_end]
+    }
+
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
         framed(region, ctx, &FRAME, call)
     }

@@ -58,9 +58,14 @@ impl Format for MinimaxM1 {
         match close {
             // Closed: every line must be a call.
             Some(close) if region[end..close].trim().is_empty() => {
-                Step::Done(Parsed { consumed: close + CLOSE.len(), calls, ..Default::default() })
+                Step::Done(Parsed { consumed: close + CLOSE.len(), calls, salvage: true, ..Default::default() })
             }
-            Some(_) => Step::Reject,
+            // A broken line: the calls on the other lines stand, the broken
+            // one is dropped with the block's markup.
+            Some(close) => {
+                let calls = region[body..close].lines().filter_map(|l| json_call(l.trim())).collect();
+                Step::Done(Parsed { consumed: close + CLOSE.len(), calls, salvage: true, ..Default::default() })
+            }
             // Truncated: keep the complete calls, the unfinished tail stays text.
             None => Step::Done(Parsed { consumed: end, calls, ..Default::default() }),
         }

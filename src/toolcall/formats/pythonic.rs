@@ -157,7 +157,14 @@ impl Py<'_> {
                     r?;
                 }
             }
-            out.push(self.call()?);
+            let start = self.i;
+            match self.call() {
+                Ok(c) => out.push(c),
+                // In a list, one call whose arguments do not parse (`b'z'`)
+                // is dropped; the others stand.
+                Err(Fail::Bad) if close.is_some() => self.i = self.skip_call(start)?,
+                Err(e) => return Err(e),
+            }
             match (self.peek(), close) {
                 (Ok(b','), _) => self.i += 1,
                 (Ok(b), Some(c)) if b == c => {}
@@ -168,6 +175,35 @@ impl Py<'_> {
                 }
             }
         }
+    }
+
+    /// Past the `name(…)` that starts at `start`, brackets and quotes
+    /// matched; `Bad` when it is no call (no `(` after a name).
+    fn skip_call(&mut self, start: usize) -> R<usize> {
+        self.i = start;
+        self.dotted()?;
+        self.eat(b'(')?;
+        let (mut depth, mut i) = (1usize, self.i);
+        while i < self.s.len() {
+            match self.s[i] {
+                q @ (b'"' | b'\'') => {
+                    i += 1;
+                    while i < self.s.len() && self.s[i] != q {
+                        i += if self.s[i] == b'\\' { 2 } else { 1 };
+                    }
+                }
+                b'(' | b'[' | b'{' => depth += 1,
+                b')' | b']' | b'}' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        return Ok(i + 1);
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+        Err(Fail::Eof)
     }
 
     fn call(&mut self) -> R<RawCall> {
