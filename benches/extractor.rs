@@ -238,6 +238,7 @@ fn settings(formats: &Arc<FormatSet>, tools: &Arc<ToolIndex>) -> Settings {
         formats: formats.clone(),
         tools: tools.clone(),
         starts_in_reasoning: false,
+        reasoning_formats: None,
         want_usage: false,
         finish_map: BTreeMap::new(),
         names_back: BTreeMap::new(),

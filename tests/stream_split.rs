@@ -28,6 +28,7 @@ fn settings() -> Settings {
         formats: Arc::new(FormatSet::all()),
         tools: Arc::new(ToolIndex::from_openai(tools.as_array().unwrap())),
         starts_in_reasoning: false,
+        reasoning_formats: None,
         want_usage: false,
         finish_map: Default::default(),
         names_back: Default::default(),

@@ -237,6 +237,7 @@ impl Loop {
             formats: p.formats_for(&self.model, true, plan.prompt),
             tools,
             starts_in_reasoning: p.profile.response.starts_in_reasoning,
+            reasoning_formats: p.reasoning_formats_for(true),
             want_usage: false,
             finish_map: p.profile.response.finish_reason.clone(),
             names_back: plan.names_back,

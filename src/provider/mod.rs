@@ -78,6 +78,8 @@ pub struct Provider {
     prompt_models: Vec<globset::GlobMatcher>,
     /// Reasoning splitting only (no tool recovery).
     no_formats: Arc<FormatSet>,
+    /// The formats recovered from reasoning (`[tools] from_reasoning`).
+    reasoning_formats: Option<Arc<FormatSet>>,
     /// This provider's circuit breaker.
     pub breaker: resilience::Breaker,
     /// The upstream model names the config or profile knows (`models`,
@@ -138,6 +140,16 @@ impl Provider {
         let model = model.to_ascii_lowercase();
         let f = self.formats.iter().find(|(g, _)| g.is_match(&model)).map_or(&self.all_formats, |(_, f)| f);
         if prompt { f.with_prompt.clone() } else { f.plain.clone() }
+    }
+}
+
+impl Provider {
+    /// The formats to recover from the reasoning of a response (`None`: the
+    /// reasoning is left alone): only for requests that declared tools, and
+    /// not in native mode (which recovers nothing from text).
+    pub fn reasoning_formats_for(&self, declares_tools: bool) -> Option<Arc<FormatSet>> {
+        let recover = declares_tools && self.mode != ToolMode::Native;
+        self.reasoning_formats.clone().filter(|_| recover)
     }
 }
 
@@ -300,6 +312,10 @@ impl Providers {
                 all_formats,
                 prompt_models,
                 no_formats: sets.get(&[], || Ok(FormatSet::none()))?,
+                reasoning_formats: match profile.tools.from_reasoning.as_slice() {
+                    [] => None,
+                    names => Some(sets.named(names, name)?),
+                },
                 breaker: resilience::Breaker::default(),
                 known_models,
                 profile,

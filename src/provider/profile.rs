@@ -257,6 +257,13 @@ pub struct ToolQuirks {
     /// `"prompt"` (prompt-mode tools, thinking kept).
     #[serde(default)]
     pub on_thinking_conflict: ConflictFallback,
+    /// Text formats whose complete call blocks the models write into their
+    /// reasoning instead of the answer (DeepSeek's DSML, Kimi's sections):
+    /// when the request declared tools and the answer holds no call, such a
+    /// block is recovered as a tool call and cut from the reasoning. Empty
+    /// (the default): reasoning is never read for calls.
+    #[serde(default)]
+    pub from_reasoning: Vec<String>,
 }
 
 /// The prompt-mode output format (see [`crate::provider::prompt_tools`]).

@@ -8,7 +8,9 @@
 //! * feeds `content` through the tool-call [`Extractor`], which also routes
 //!   `<think>` blocks to `reasoning_content`; recovered calls become ordinary
 //!   `tool_calls` deltas (id + name first, then the arguments);
-//! * maps `reasoning` (vLLM, StepFun) to `reasoning_content`;
+//! * maps `reasoning` (vLLM, StepFun) to `reasoning_content`, and, where the
+//!   profile says the models do it, recovers call blocks written into the
+//!   reasoning when the answer holds no call (see [`Settings::reasoning_formats`]);
 //! * fixes `finish_reason` (`tool_calls` when calls were emitted, vendor
 //!   values such as `sensitive` mapped);
 //! * maps tool names the request renamed for the vendor back to the
@@ -30,6 +32,11 @@ pub struct Settings {
     pub formats: Arc<FormatSet>,
     pub tools: Arc<ToolIndex>,
     pub starts_in_reasoning: bool,
+    /// Formats read in the reasoning (profile `[tools] from_reasoning`, for
+    /// requests that declared tools): their complete blocks are cut from the
+    /// reasoning as it streams, and become the turn's tool calls at its end
+    /// if the answer made none. `None`: the reasoning passes untouched.
+    pub reasoning_formats: Option<Arc<FormatSet>>,
     pub want_usage: bool,
     /// Vendor finish reasons to OpenAI's (profile data).
     pub finish_map: std::collections::BTreeMap<String, String>,
@@ -67,6 +74,10 @@ struct ChoiceState {
     reasoning_dropped: bool,
     turn: TurnHash,
     call_ids: Vec<String>,
+    /// Reads the reasoning for call blocks (see [`Settings::reasoning_formats`]).
+    reasoning_ex: Option<Extractor>,
+    /// Calls found in the reasoning, sent at the end if the answer has none.
+    reasoning_calls: Vec<Call>,
 }
 
 /// The most reasoning one choice keeps for the round-trip. A stream's
@@ -158,6 +169,8 @@ impl Normalizer {
             reasoning_dropped: false,
             turn: TurnHash::default(),
             call_ids: Vec::new(),
+            reasoning_ex: self.s.reasoning_formats.as_ref().map(|f| Extractor::new(f.clone(), self.s.tools.clone())),
+            reasoning_calls: Vec::new(),
         }
     }
 
@@ -312,7 +325,7 @@ impl Normalizer {
         });
         d.extra = delta_extra;
         if let Some(r) = reasoning.filter(|r| !r.is_empty()) {
-            d.reasoning_content = Some(r);
+            d.reasoning_content = if self.reads_reasoning(ci) { self.read_reasoning(ci, Some(&r)) } else { Some(r) };
         }
         let mut pending: Vec<Delta> = Vec::new();
         if let Some(text) = content {
@@ -353,6 +366,32 @@ impl Normalizer {
         if fin.is_some() {
             self.choices[ci].done = true;
         }
+    }
+
+    fn reads_reasoning(&self, ci: usize) -> bool {
+        self.choices[ci].reasoning_ex.is_some()
+    }
+
+    /// Feeds reasoning through the choice's reasoning reader (`None`: the end
+    /// of the reasoning): what is left of it, with call blocks cut out, and
+    /// the calls held for the end. `None` when nothing is left to send yet
+    /// (or the choice has no reader).
+    fn read_reasoning(&mut self, ci: usize, more: Option<&str>) -> Option<String> {
+        let st = &mut self.choices[ci];
+        let ex = st.reasoning_ex.as_mut()?;
+        let mut events = Vec::new();
+        match more {
+            Some(r) => ex.feed(r, &mut events),
+            None => ex.finish(&mut events),
+        }
+        let mut left = String::new();
+        for ev in events {
+            match ev {
+                Event::Text(t) | Event::Reasoning(t) => left.push_str(&t),
+                Event::Call(c) => st.reasoning_calls.push(c),
+            }
+        }
+        (!left.is_empty()).then_some(left)
     }
 
     /// Turns extractor events into deltas; a recovered call closes the
@@ -473,6 +512,19 @@ impl Normalizer {
         self.choices[ci].extractor.finish(&mut self.events);
         let mut d = Delta::default();
         self.apply_events(ci, &mut d, pending);
+        if let Some(r) = self.read_reasoning(ci, None) {
+            push_owned(&mut d.reasoning_content, r);
+        }
+        let st = &mut self.choices[ci];
+        let held = std::mem::take(&mut st.reasoning_calls);
+        // Calls written in the reasoning stand only for an answer that made none.
+        if st.next_call == 0 && !held.is_empty() {
+            self.events.clear();
+            self.events.extend(held.into_iter().map(Event::Call));
+            self.apply_events(ci, &mut d, pending);
+        } else if !held.is_empty() {
+            tracing::debug!(calls = held.len(), "calls in the reasoning dropped: the answer made its own");
+        }
         pending.push(d);
         let st = &self.choices[ci];
         for c in st.native.iter().filter(|c| c.args.is_empty() && !c.dropped) {

@@ -107,6 +107,10 @@ fn call(body: &str, sep: &str, complete: bool) -> Option<RawCall> {
     let args = args.trim();
     let args = args.strip_prefix("```json").or_else(|| args.strip_prefix("```")).unwrap_or(args);
     let args = args.strip_suffix("```").unwrap_or(args).trim();
+    // Not JSON at all (Step-3's invoke after the same `_` tokens): not a V3 call.
+    if !args.starts_with('{') {
+        return None;
+    }
     let args = if complete { args } else { whole_json(args)? };
     Some(RawCall { name: name.to_string(), args: Args::Json(args.to_string()), id: None })
 }

@@ -10,7 +10,8 @@
 //!
 //! As SGLang tolerates: the `｜DSML｜` prefix may be missing or mixed between
 //! opening and closing tags, and an invoke body may be a JSON object instead
-//! of parameters. `string="true"` keeps the raw text and `string="false"`
+//! of parameters. The prefix may also come with ASCII bars (`|DSML|`), as
+//! DeepSeek writes it into its reasoning. `string="true"` keeps the raw text and `string="false"`
 //! means JSON; a declared parameter schema has the last word. When the
 //! output ends without the closing tag, the complete invokes are kept.
 
@@ -22,7 +23,8 @@ use crate::toolcall::{Args, Ctx, Format, Parsed, RawCall, Step, typing};
 
 pub struct DeepseekV32Dsml;
 
-const DSML: &str = "｜DSML｜";
+/// The tag prefix, fullwidth bars and ASCII bars.
+const DSML: [&str; 2] = ["｜DSML｜", "|DSML|"];
 /// The closing tag's tail; `</` or `</｜DSML｜` comes before it.
 const CLOSE: &str = "function_calls>";
 
@@ -32,49 +34,58 @@ impl Format for DeepseekV32Dsml {
     }
 
     fn markers(&self) -> &'static [&'static str] {
-        &["<｜DSML｜function_calls>", "<function_calls>"]
+        &["<｜DSML｜function_calls>", "<|DSML|function_calls>", "<function_calls>"]
     }
 
     fn strays(&self) -> &'static [&'static str] {
-        &["</｜DSML｜function_calls>", "<｜end▁of▁sentence｜>"]
+        &["</｜DSML｜function_calls>", "</|DSML|function_calls>", "<｜end▁of▁sentence｜>"]
     }
 
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
-        let Some(gt) = region.find('>') else {
-            return Step::Reject;
-        };
-        let body = skip_ws(region, gt + 1);
-        match xml::peek(region, body, &["<｜DSML｜invoke", "<invoke"]) {
-            Peek::Is(_) => {}
-            Peek::Maybe => return xml::more(region, ctx),
-            Peek::No => return Step::Reject,
-        }
-        let closed = |c: usize| {
-            let before = &region[..c];
-            before.ends_with("</") || before.ends_with("</｜DSML｜")
-        };
-        let (text, close) = match xml::find_close(region, body, CLOSE, ctx, closed) {
-            Err(step) => return step,
-            Ok(Some(c)) if closed(c) => (&region[body..c], Some(c + CLOSE.len())),
-            // A `function_calls>` that is not a closing tag: ignore it.
-            Ok(_) => (&region[body..], None),
-        };
-        // Parse the plain spelling; byte offsets of the original are needed
-        // only for an unclosed block, where the kept invokes end it.
-        let plain = text.replace(&format!("<{DSML}"), "<").replace(&format!("</{DSML}"), "</");
-        let (invokes, end) = xml::invokes(&plain, "", &[]);
-        // An invoke without a name, or whose body is prose (neither
-        // parameters nor JSON), is dropped; the block's other calls stand.
-        let calls: Vec<RawCall> = invokes.iter().filter(|inv| intact(inv)).map(|inv| call(inv, ctx)).collect();
-        if calls.is_empty() && (close.is_none() || invokes.is_empty()) {
-            return Step::Reject;
-        }
-        let consumed = match close {
-            Some(c) => c,
-            None => body + original_end(text, end),
-        };
-        Step::Done(Parsed { consumed, calls, salvage: close.is_some(), ..Default::default() })
+        block(region, CLOSE, ctx)
     }
+}
+
+/// One DSML block whose closing tag ends in `close` (`function_calls>`,
+/// V4's `tool_calls>`), from its opening tag.
+pub(super) fn block(region: &str, close: &'static str, ctx: &Ctx<'_>) -> Step {
+    let Some(gt) = region.find('>') else {
+        return Step::Reject;
+    };
+    let body = skip_ws(region, gt + 1);
+    match xml::peek(region, body, &["<｜DSML｜invoke", "<|DSML|invoke", "<invoke"]) {
+        Peek::Is(_) => {}
+        Peek::Maybe => return xml::more(region, ctx),
+        Peek::No => return Step::Reject,
+    }
+    let closed = |c: usize| {
+        let before = &region[..c];
+        before.ends_with("</") || DSML.iter().any(|d| before.strip_suffix(d).is_some_and(|b| b.ends_with("</")))
+    };
+    let (text, close) = match xml::find_close(region, body, close, ctx, closed) {
+        Err(step) => return step,
+        Ok(Some(c)) if closed(c) => (&region[body..c], Some(c + close.len())),
+        // A `function_calls>` that is not a closing tag: ignore it.
+        Ok(_) => (&region[body..], None),
+    };
+    // Parse the plain spelling; byte offsets of the original are needed
+    // only for an unclosed block, where the kept invokes end it.
+    let mut plain = text.to_string();
+    for d in DSML {
+        plain = plain.replace(&format!("<{d}"), "<").replace(&format!("</{d}"), "</");
+    }
+    let (invokes, end) = xml::invokes(&plain, "", &[]);
+    // An invoke without a name, or whose body is prose (neither
+    // parameters nor JSON), is dropped; the block's other calls stand.
+    let calls: Vec<RawCall> = invokes.iter().filter(|inv| intact(inv)).map(|inv| call(inv, ctx)).collect();
+    if calls.is_empty() && (close.is_none() || invokes.is_empty()) {
+        return Step::Reject;
+    }
+    let consumed = match close {
+        Some(c) => c,
+        None => body + original_end(text, end),
+    };
+    Step::Done(Parsed { consumed, calls, salvage: close.is_some(), ..Default::default() })
 }
 
 fn intact(inv: &xml::Invoke<'_>) -> bool {
@@ -103,7 +114,7 @@ fn call(inv: &xml::Invoke<'_>, ctx: &Ctx<'_>) -> RawCall {
 }
 
 /// Maps an offset in the plain spelling of `text` back to `text`: the
-/// plain text drops `｜DSML｜` after each `<` and `</`.
+/// plain text drops `｜DSML｜` (or `|DSML|`) after each `<` and `</`.
 fn original_end(text: &str, plain_end: usize) -> usize {
     let mut plain = 0;
     let mut i = 0;
@@ -111,8 +122,8 @@ fn original_end(text: &str, plain_end: usize) -> usize {
         let rest = &text[i..];
         if let Some(tag) = rest.strip_prefix('<') {
             let slash = usize::from(tag.starts_with('/'));
-            if tag[slash..].starts_with(DSML) {
-                i += 1 + slash + DSML.len();
+            if let Some(d) = DSML.iter().find(|d| tag[slash..].starts_with(**d)) {
+                i += 1 + slash + d.len();
                 plain += 1 + slash;
                 continue;
             }

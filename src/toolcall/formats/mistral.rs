@@ -9,9 +9,11 @@
 //!   `[CALL_ID]id`; `[ARGS]` may be missing when the server strips special
 //!   tokens, and the name then ends at the `{`.
 //!
-//! A tool-call turn ends with its calls: text after a call and before the
-//! next `[TOOL_CALLS]` (or the end) is dropped, as vLLM does. `[THINK]` blocks
-//! are routed by the engine.
+//! Text after a pre-v11 array is content (smg keeps it; vLLM drops it), and
+//! a word of junk between `[TOOL_CALLS]` and the array is skipped (vLLM's
+//! regex fallback). A v11 call ends its turn: text after it and before the
+//! next `[TOOL_CALLS]` (or the end) is dropped, as vLLM does. `[THINK]`
+//! blocks are routed by the engine.
 //!
 //! This file also holds small helpers the other JSON-bodied formats share
 //! (arrays of call objects, one call object, optional closing tags, names).
@@ -41,19 +43,13 @@ impl Format for Mistral {
             None if ctx.eof => return Step::Reject,
             None => return Step::Need(Wait::Len(body + 1)),
             // pre-v11: one array (or, from some fine-tunes, one bare object).
-            Some(b'[' | b'{') => {
-                let Some(end) = python_end(region, body) else {
-                    return need_balanced(body, ctx);
-                };
-                let text = &region[body..end];
-                let calls = if text.starts_with('[') { json_calls(text) } else { json_call(text).map(|c| vec![c]) };
-                match calls {
-                    Some(calls) => (calls, end),
-                    None => return Step::Reject,
-                }
-            }
-            Some(_) => match v11_call(region, body, ctx) {
-                Ok(x) => x,
+            Some(b'[' | b'{') => return array(region, body, ctx),
+            Some(_) => match junk_then_array(region, body, ctx) {
+                Ok(Some(at)) => return array(region, at, ctx),
+                Ok(None) => match v11_call(region, body, ctx) {
+                    Ok(x) => x,
+                    Err(step) => return step,
+                },
                 Err(step) => return step,
             },
         };
@@ -66,6 +62,39 @@ impl Format for Mistral {
             }
         };
         Step::Done(Parsed { consumed, calls, ..Default::default() })
+    }
+}
+
+/// The pre-v11 array (or one bare object) at `at`; what follows is text.
+fn array(region: &str, at: usize, ctx: &Ctx<'_>) -> Step {
+    let Some(end) = python_end(region, at) else {
+        return need_balanced(at, ctx);
+    };
+    let text = &region[at..end];
+    let calls = if text.starts_with('[') { json_calls(text) } else { json_call(text).map(|c| vec![c]) };
+    match calls {
+        Some(calls) => Step::Done(Parsed { consumed: end, calls, ..Default::default() }),
+        None => Step::Reject,
+    }
+}
+
+/// `[TOOL_CALLS]  junk [{…}]`: the start of the array after one word of
+/// junk, `None` when the word is a v11 tool name instead.
+fn junk_then_array(region: &str, at: usize, ctx: &Ctx<'_>) -> Result<Option<usize>, Step> {
+    let word = name_end(region, at);
+    if word == at || word - at > MAX_NAME {
+        return Ok(None);
+    }
+    let open = skip_ws(region, word);
+    let rest = &region[open..];
+    if !rest.starts_with('[') || rest.starts_with(ARGS) || rest.starts_with(CALL_ID) {
+        return Ok(None);
+    }
+    let first = skip_ws(region, open + 1);
+    match byte_at(region, first) {
+        Some(b'{') => Ok(Some(open)),
+        None if !ctx.eof => Err(Step::Need(Wait::Len(first + 1))),
+        _ => Ok(None),
     }
 }
 

@@ -11,6 +11,7 @@ mod command_r7b;
 mod deepseek_v3;
 mod deepseek_v31;
 mod deepseek_v32_dsml;
+mod deepseek_v4_dsml;
 mod ernie45;
 mod functionary_v3_1;
 mod functionary_v3_2;
@@ -53,6 +54,7 @@ pub static ALL: &[&dyn Format] = &[
     &deepseek_v3::DeepseekV3,
     &deepseek_v31::DeepseekV31,
     &deepseek_v32_dsml::DeepseekV32Dsml,
+    &deepseek_v4_dsml::DeepseekV4Dsml,
     &kimi_k2::KimiK2,
     &minimax_m1::MinimaxM1,
     &hunyuan_a13b::HunyuanA13b,
@@ -80,6 +82,7 @@ static ALIASES: &[(&str, &str)] = &[
     ("mistral_v11", "mistral"),
     ("jamba", "hunyuan_a13b"),
     ("xlam", "bare_json"),
+    ("deepseek_v4", "deepseek_v4_dsml"),
 ];
 
 /// Looks a format up by name or alias.

@@ -8,6 +8,9 @@
 //!
 //! Values are raw text typed by the tool's schema. Like SGLang, a block
 //! without `<｜tool_calls_end｜>` is not a call: the output stays text.
+//! As vLLM reads them: `function<｜tool_sep｜>` may be missing, the tool's
+//! name may follow the separator before the invoke, and a stray
+//! `<｜tool_sep｜>` may sit between two calls.
 
 use crate::toolcall::formats::xml::{self, Peek};
 use crate::toolcall::scan::{find, skip_ws};
@@ -50,20 +53,35 @@ impl Format for Step3 {
             let start = at + CALL.len();
             let end = find(&region[..close], CALL_END, start).unwrap_or(close);
             let call = &region[start..end];
-            // `function<｜tool_sep｜><steptml:invoke …>`: only function calls.
-            let Some(sep) = find(call, SEP, 0) else {
+            let Some(invoke) = invoke_part(call) else {
                 return Step::Reject;
             };
-            if call[..sep].trim() != "function" {
-                return Step::Reject;
-            }
-            let (invokes, _) = xml::invokes(&call[sep + SEP.len()..], NS, &[]);
+            let (invokes, _) = xml::invokes(invoke, NS, &[]);
             calls.extend(invokes.iter().map(|inv| RawCall::value(inv.name, xml::invoke_args(inv, NS, ctx.tools))));
             at = skip_ws(region, (end + CALL_END.len()).min(close));
+            if region[at..close].starts_with(SEP) {
+                at = skip_ws(region, at + SEP.len());
+            }
         }
         if calls.is_empty() {
             return Step::Reject;
         }
         Step::Done(Parsed { consumed: close + CLOSE.len(), calls, ..Default::default() })
     }
+}
+
+/// The `<steptml:invoke …>` part of one call: after `function<｜tool_sep｜>`
+/// and an optional tool name, or the whole call when it has no separator.
+/// `None` for a call of another type.
+fn invoke_part(call: &str) -> Option<&str> {
+    let Some(sep) = find(call, SEP, 0) else {
+        return Some(call);
+    };
+    if call[..sep].trim() != "function" {
+        return None;
+    }
+    let after = &call[sep + SEP.len()..];
+    let lt = after.find('<').unwrap_or(after.len());
+    let name = after[..lt].trim();
+    (name.is_empty() || xml::plausible_name(name)).then(|| &after[lt..])
 }
