@@ -192,6 +192,7 @@ async fn serve(
             tracing::info!(provider = %p.name, "{note}");
         }
     }
+    state.refresh_model_lists();
     if let Some(dir) = &record {
         tracing::info!("recording every upstream exchange into {}", dir.display());
     }
