@@ -192,7 +192,6 @@ async fn serve(
             tracing::info!(provider = %p.name, "{note}");
         }
     }
-    state.refresh_model_lists();
     if let Some(dir) = &record {
         tracing::info!("recording every upstream exchange into {}", dir.display());
     }

@@ -150,9 +150,10 @@ pub struct UpstreamConfig {
     #[serde(default = "d_breaker_open")]
     pub breaker_open_secs: f64,
     /// A provider whose config and profile name no models lists its
-    /// upstream's own `GET /models` on `/v1/models`: kept this long, then
-    /// fetched again in the background (a failed fetch is tried again after
-    /// at most 30 s). Per replica, also with `[state] redis_url`.
+    /// upstream's own `GET /models` on `/v1/models`, fetched when first
+    /// asked for and kept this long; then the next request gets it once more
+    /// while it is fetched again in the background (a failed fetch: after at
+    /// most 30 s). Per replica, also with `[state] redis_url`.
     #[serde(default = "d_models_refresh")]
     pub models_refresh_secs: f64,
     /// The longest wait for that `GET /models` answer, whole.

@@ -335,9 +335,12 @@ async fn a_provider_with_only_a_base_url_is_served_by_the_generic_profile() {
     // and the key it was sent with never reaches the log.
     let models: Value = p.proxy.http.get(p.proxy.url("/v1/models")).send().await.unwrap().json().await.unwrap();
     assert_eq!(models["data"], json!([]), "{models}");
+    // Listed again and again past models_refresh_secs: fetched again each time.
     within("three fetches of the upstream's models", async {
         while hits.load(Ordering::SeqCst) < 3 {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+            tokio::time::sleep(Duration::from_millis(120)).await;
+            let r = p.proxy.http.get(p.proxy.url("/v1/models")).send().await.unwrap();
+            assert_eq!(r.json::<Value>().await.unwrap()["data"], json!([]));
         }
     })
     .await;

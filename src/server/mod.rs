@@ -110,12 +110,6 @@ impl AppState {
         }))
     }
 
-    /// Keeps the upstreams' model lists fresh in the background from now
-    /// on (`serve`; without it they are fetched when `/v1/models` asks).
-    pub fn refresh_model_lists(&self) {
-        self.discovery.spawn_refresh(&self.upstream);
-    }
-
     /// Marks the server as (not) ready, e.g. during shutdown; returns
     /// whether that changed it.
     pub fn set_ready(&self, ready: bool) -> bool {

@@ -24,7 +24,7 @@ const MAX_MODELS: usize = 10_000;
 /// A failed fetch is tried again after at most this long: a local server
 /// started after the proxy shows up soon.
 const RETRY_FAILED: Duration = Duration::from_secs(30);
-/// The shortest time a list is kept, whatever the config says (no fetch loop).
+/// The shortest time a list is kept, whatever the config says.
 const SHORTEST_REFRESH: Duration = Duration::from_millis(100);
 
 pub async fn list(State(s): State<Shared>) -> Json<Value> {
@@ -71,10 +71,11 @@ async fn visible(s: &Shared) -> Vec<Value> {
 }
 
 /// The upstreams' own model lists, for the providers whose config and
-/// profile name no models: fetched on first use (or by [`Self::spawn_refresh`]),
-/// kept `models_refresh_secs`, then served while a background fetch
-/// replaces them. Per replica (not in the shared state store): each replica
-/// asks the upstreams itself.
+/// profile name no models: fetched when first asked for (nothing at start:
+/// with no config every local engine's profile is a provider, mostly not
+/// running), kept `models_refresh_secs`, then served once more while a
+/// background fetch replaces them. Per replica (not in the shared state
+/// store): each replica asks the upstreams itself.
 pub struct Discovery {
     slots: Vec<Arc<Slot>>,
 }
@@ -120,21 +121,6 @@ impl Discovery {
         let lists = futures_util::future::join_all(self.slots.iter().map(|s| s.current(up))).await;
         self.slots.iter().map(|s| s.provider.name.as_str()).zip(lists).collect()
     }
-
-    /// Keeps every list fresh from now on: a task per provider on the
-    /// current runtime (`serve`'s background one) fetching every
-    /// `models_refresh_secs`, the first time at once.
-    pub fn spawn_refresh(&self, up: &Upstream) {
-        for slot in &self.slots {
-            let (slot, up) = (slot.clone(), up.clone());
-            tokio::spawn(async move {
-                loop {
-                    let next = slot.refresh(&up, true).await;
-                    tokio::time::sleep(next).await;
-                }
-            });
-        }
-    }
 }
 
 impl Slot {
@@ -155,14 +141,14 @@ impl Slot {
         let (models, at, failing) = self.read();
         match at {
             None => {
-                self.refresh(up, false).await;
+                self.refresh(up).await;
                 self.read().0
             }
             Some(t) if t.elapsed() >= self.max_age(failing) => {
                 if !self.refreshing.swap(true, Ordering::AcqRel) {
                     let (slot, up) = (self.clone(), up.clone());
                     tokio::spawn(async move {
-                        slot.refresh(&up, false).await;
+                        slot.refresh(&up).await;
                         slot.refreshing.store(false, Ordering::Release);
                     });
                 }
@@ -172,14 +158,13 @@ impl Slot {
         }
     }
 
-    /// Fetches the list (unless `force` is off and a fetch that ended while
-    /// this one waited made it fresh); returns how long it is now kept. An
-    /// upstream that fails lists nothing.
-    async fn refresh(&self, up: &Upstream, force: bool) -> Duration {
+    /// Fetches the list, unless a fetch that ended while this one waited
+    /// made it fresh. An upstream that fails lists nothing.
+    async fn refresh(&self, up: &Upstream) {
         let _one = self.fetching.lock().await;
         let (_, at, failing) = self.read();
-        if !force && at.is_some_and(|t| t.elapsed() < self.max_age(failing)) {
-            return self.max_age(failing);
+        if at.is_some_and(|t| t.elapsed() < self.max_age(failing)) {
+            return;
         }
         let p = &self.provider;
         let limit = crate::server::limits::secs(p.upstream.models_timeout_secs);
@@ -207,7 +192,6 @@ impl Slot {
             }
         }
         l.at = Some(Instant::now());
-        self.max_age(l.failing)
     }
 }
 
