@@ -156,10 +156,16 @@ fn load(flag: Option<PathBuf>) -> Result<(Config, std::collections::BTreeMap<Str
 /// With no `[providers]` table every profile is a provider under its id.
 fn default_providers(config: &mut Config, profiles: &std::collections::BTreeMap<String, Profile>) {
     if config.providers.is_empty() {
-        for id in profiles.keys() {
+        for (id, _) in profiles.iter().filter(|(_, p)| !p.fallback) {
             config.providers.insert(id.clone(), ProviderConfig::default());
         }
     }
+}
+
+/// What `serve`, `check` and `providers` say of a provider that has no
+/// profile of its own (DESIGN.md "Providers without a profile").
+fn generic_note(name: &str, profile: &Profile) -> Option<String> {
+    profile.fallback.then(|| format!("no profile named {name}: the generic OpenAI-compatible profile ({})", profile.id))
 }
 
 async fn serve(
@@ -181,6 +187,11 @@ async fn serve(
         pc.base_url = Some(format!("http://{addr}/v1"));
     }
     let state = AppState::build(&config, &profiles, record.as_deref())?;
+    for p in state.providers.iter() {
+        if let Some(note) = generic_note(&p.name, &p.profile) {
+            tracing::info!(provider = %p.name, "{note}");
+        }
+    }
     if let Some(dir) = &record {
         tracing::info!("recording every upstream exchange into {}", dir.display());
     }
@@ -309,7 +320,8 @@ async fn check(flag: Option<PathBuf>) -> Result<()> {
             (Some(var), Some(_)) => format!("key: {var} set"),
             (None, _) => "no key needed".into(),
         };
-        println!("ok   provider {:<12} {} ({key})", p.name, p.base_url);
+        let note = generic_note(&p.name, &p.profile).map(|n| format!("; {n}")).unwrap_or_default();
+        println!("ok   provider {:<12} {} ({key}{note})", p.name, p.base_url);
     }
     let skills_invalid = match state.tools.as_ref().and_then(|t| t.skills()) {
         Some(skills) => check_skills(&skills.current()),
@@ -400,12 +412,22 @@ fn skills(flag: Option<PathBuf>) -> Result<()> {
 }
 
 fn providers(flag: Option<PathBuf>) -> Result<()> {
-    let (_, profiles) = load(flag)?;
+    let (config, profiles) = load(flag)?;
     for p in profiles.values() {
         let key = p.api_key_env.as_deref().unwrap_or("-");
-        println!("{:<12} {}  ({})\n             key: {key}", p.id, p.name, p.base_url);
+        let url = if p.base_url.is_empty() { "base_url from the provider table" } else { &p.base_url };
+        println!("{:<12} {}  ({url})\n             key: {key}", p.id, p.name);
         for f in p.fixes() {
             println!("             - {f}");
+        }
+    }
+    // The configured providers' profiles, when one is not the provider's own.
+    for (name, pc) in &config.providers {
+        let profile = crate::provider::profile_for(name, pc, &profiles)?;
+        match generic_note(name, profile) {
+            Some(note) => println!("provider {name}: {note}"),
+            None if profile.id != *name => println!("provider {name}: profile {}", profile.id),
+            None => {}
         }
     }
     Ok(())

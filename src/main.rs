@@ -8,7 +8,7 @@ use clap::Parser;
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     // First, while this is the only thread: capabilities are per thread and
     // every later thread and child inherits these.
     keep_secrets_from_children();
@@ -17,8 +17,20 @@ fn main() -> anyhow::Result<()> {
     // Requests are served by the serving threads' own runtimes
     // (server::shutdown::serve_threads); this one runs startup, signals and
     // background tasks (MCP clients, Redis, the skills watcher, the demo).
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
-    runtime.block_on(modelshim::cli::run(modelshim::cli::Cli::parse()))
+    let run = || -> anyhow::Result<()> {
+        let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build()?;
+        runtime.block_on(modelshim::cli::run(modelshim::cli::Cli::parse()))
+    };
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The message and its causes only (returning the error from
+            // `main` printed anyhow's backtrace whenever RUST_BACKTRACE was
+            // set), redacted like every other exit.
+            eprintln!("Error: {}", modelshim::redact::text(&format!("{e:#}")));
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 /// Provider and proxy keys are in this process's environment and memory;

@@ -213,7 +213,7 @@ fn every_profile_has_a_streamed_and_a_non_streamed_fixture() {
         }
     }
     let profiles = profile_ids();
-    assert_eq!(profiles.len(), 18, "{profiles:?}");
+    assert_eq!(profiles.len(), 19, "{profiles:?}");
     let mut missing = Vec::new();
     for id in &profiles {
         let (s, j) = seen.get(id).copied().unwrap_or_default();

@@ -171,6 +171,23 @@ pub struct UpstreamConfig {
     /// How long an open breaker refuses calls before one probe is let through.
     #[serde(default = "d_breaker_open")]
     pub breaker_open_secs: f64,
+    /// A provider whose config and profile name no models lists its
+    /// upstream's own `GET /models` on `/v1/models`, fetched when first
+    /// asked for and kept this long; then the next request gets it once more
+    /// while it is fetched again in the background (a failed fetch: after at
+    /// most 30 s). Per replica, also with `[state] redis_url`.
+    #[serde(default = "d_models_refresh")]
+    pub models_refresh_secs: f64,
+    /// The longest wait for that `GET /models` answer, whole.
+    #[serde(default = "d_models_timeout")]
+    pub models_timeout_secs: f64,
+}
+
+fn d_models_refresh() -> f64 {
+    300.0
+}
+fn d_models_timeout() -> f64 {
+    10.0
 }
 
 fn d_backoff() -> u64 {
@@ -226,6 +243,8 @@ impl Default for UpstreamConfig {
             retry_max_wait_secs: d_max_wait(),
             breaker_failures: d_breaker(),
             breaker_open_secs: d_breaker_open(),
+            models_refresh_secs: d_models_refresh(),
+            models_timeout_secs: d_models_timeout(),
         }
     }
 }

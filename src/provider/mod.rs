@@ -21,7 +21,7 @@ pub use profile::{
     ConflictFallback, Profile, PromptFormat, ReasoningReplay, ThinkingConflict, ThinkingStyle, ToolMode,
 };
 
-use crate::config::{Config, ConfigError, UpstreamConfig};
+use crate::config::{Config, ConfigError, ProviderConfig, UpstreamConfig};
 use crate::toolcall::FormatSet;
 
 /// Profiles compiled into the binary from `providers/*.toml`.
@@ -227,7 +227,7 @@ impl Providers {
     pub fn resolve(config: &Config, profiles: &BTreeMap<String, Profile>) -> Result<Self, ConfigError> {
         let mut tables = config.providers.clone();
         if tables.is_empty() {
-            for id in profiles.keys() {
+            for (id, _) in profiles.iter().filter(|(_, p)| !p.fallback) {
                 tables.insert(id.clone(), Default::default());
             }
         }
@@ -241,13 +241,7 @@ impl Providers {
                     "provider name {name:?} must be non-empty and contain no '/'"
                 )));
             }
-            let pid = pc.profile.clone().unwrap_or_else(|| name.clone());
-            let profile = profiles.get(&pid).cloned().ok_or_else(|| {
-                ConfigError::Invalid(format!(
-                    "provider {name}: no profile named {pid:?} (known: {})",
-                    profiles.keys().cloned().collect::<Vec<_>>().join(", ")
-                ))
-            })?;
+            let profile = profile_for(name, pc, profiles)?.clone();
             let key_env = pc.api_key_env.clone().or_else(|| profile.api_key_env.clone());
             let api_key = key_env.and_then(|v| std::env::var(v).ok()).filter(|k| !k.is_empty());
             let prompt_fmt = profile.tools.prompt_format.recovery_format();
@@ -278,6 +272,12 @@ impl Providers {
             }
             let base_url =
                 pc.base_url.clone().unwrap_or_else(|| profile.base_url.clone()).trim_end_matches('/').to_string();
+            if base_url.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "provider {name}: no base_url (profile {} has none; set one in [providers.{name}])",
+                    profile.id
+                )));
+            }
             let models = pc.models.clone().unwrap_or_else(|| profile.models.clone());
             let is_default = config.default_provider.as_deref() == Some(name.as_str());
             let mut known_models: std::collections::HashSet<String> = models.iter().cloned().collect();
@@ -368,6 +368,29 @@ impl Providers {
         }
         let p = self.default.as_ref().and_then(|d| self.by_name.get(d))?;
         Some(Route { provider: p.clone(), model: target.to_string() })
+    }
+}
+
+/// The profile of provider `name`: the one its table names, else the one
+/// called `name`, else, for a table with a `base_url`, the fallback profile
+/// (`providers/generic.toml`: any OpenAI-compatible server).
+pub fn profile_for<'a>(
+    name: &str,
+    pc: &ProviderConfig,
+    profiles: &'a BTreeMap<String, Profile>,
+) -> Result<&'a Profile, ConfigError> {
+    let pid = pc.profile.as_deref().unwrap_or(name);
+    let fallback = || pc.profile.is_none().then(|| profiles.values().find(|p| p.fallback)).flatten();
+    match profiles.get(pid) {
+        Some(p) => Ok(p),
+        None => match fallback().filter(|_| pc.base_url.is_some()) {
+            Some(p) => Ok(p),
+            None => Err(ConfigError::Invalid(format!(
+                "provider {name}: no profile named {pid:?} (known: {}){}",
+                profiles.keys().cloned().collect::<Vec<_>>().join(", "),
+                if fallback().is_some() { "; with a base_url, any OpenAI-compatible server needs none" } else { "" }
+            ))),
+        },
     }
 }
 

@@ -38,6 +38,11 @@ pub struct Profile {
     /// Vendor documentation, for `modelshim providers`.
     #[serde(default)]
     pub docs: Option<String>,
+    /// The profile of a provider table that names no profile, has a
+    /// `base_url`, and whose name is no profile's id (`providers/generic.toml`).
+    /// Never a provider by itself when the config has no `[providers]`.
+    #[serde(default)]
+    pub fallback: bool,
     #[serde(default)]
     pub request: RequestQuirks,
     #[serde(default)]

@@ -264,7 +264,7 @@ impl Upstream {
         encoded(p, resp.headers())?;
         if status >= 400 {
             let retry_after = super::resilience::retry_after(resp.headers());
-            let bytes = self.read(p, resp, rec).await?;
+            let bytes = self.read(p, resp, rec, self.max_answer).await?;
             return Err(super::resilience::with_retry_after(map_error(&p.profile, status, &bytes), retry_after));
         }
         let idle = crate::server::limits::secs(p.upstream.idle_timeout_secs);
@@ -272,7 +272,7 @@ impl Upstream {
             let body = resp.into_body().into_data_stream();
             return Ok(Reply::Events(super::sse_in::events(body, idle, self.max_answer, rec)));
         }
-        let bytes = self.read(p, resp, rec).await?;
+        let bytes = self.read(p, resp, rec, self.max_answer).await?;
         if looks_like_sse(&bytes) {
             // A stream served under the wrong content type (seen behind
             // misconfigured gateways): parse it as what it is.
@@ -299,8 +299,9 @@ impl Upstream {
         Ok(Reply::Json(body))
     }
 
-    /// GETs a path and returns the JSON body.
-    pub async fn get_json(&self, p: &Provider, path: &str) -> Result<Value, UpstreamError> {
+    /// GETs a path and returns the JSON body, read up to `max_bytes` (and
+    /// `[limits] max_answer_bytes`).
+    pub async fn get_json(&self, p: &Provider, path: &str, max_bytes: usize) -> Result<Value, UpstreamError> {
         let out = self.request(p, http::Method::GET, path, None)?;
         let (resp, mut rec) = self.send(p, out, || Value::Null).await?;
         let status = resp.status().as_u16();
@@ -311,7 +312,7 @@ impl Upstream {
             return Err(redirected(p, &resp, rec).await);
         }
         encoded(p, resp.headers())?;
-        let bytes = self.read(p, resp, rec).await?;
+        let bytes = self.read(p, resp, rec, max_bytes.min(self.max_answer)).await?;
         if status >= 400 {
             return Err(map_error(&p.profile, status, &bytes));
         }
@@ -391,21 +392,28 @@ async fn redirected(p: &Provider, resp: &Answer, rec: Option<Recording>) -> Upst
 }
 
 impl Upstream {
-    /// Reads a whole body (and records it): at most `max_answer` bytes, all
+    /// Reads a whole body (and records it): at most `cap` bytes, all
     /// of it within the provider's `idle_timeout_secs` of the headers (an
     /// upstream that sends its headers and then nothing, or trickles, is
     /// not waited on for ever).
-    async fn read(&self, p: &Provider, resp: Answer, rec: Option<Recording>) -> Result<Bytes, UpstreamError> {
+    async fn read(
+        &self,
+        p: &Provider,
+        resp: Answer,
+        rec: Option<Recording>,
+        cap: usize,
+    ) -> Result<Bytes, UpstreamError> {
         let limit = crate::server::limits::secs(p.upstream.idle_timeout_secs);
-        let body = http_body_util::Limited::new(resp.into_body(), self.max_answer);
+        let body = http_body_util::Limited::new(resp.into_body(), cap);
         let bytes = match tokio::time::timeout(limit, body.collect()).await {
             Err(_) => {
                 return Err(UpstreamError::Timeout(format!("{} sent no whole body within {limit:?}", p.name)));
             }
             Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+                let key = if cap == self.max_answer { " ([limits] max_answer_bytes)" } else { "" };
                 return Err(UpstreamError::Protocol(format!(
-                    "{}: the answer is larger than the limit of {} bytes ([limits] max_answer_bytes)",
-                    p.name, self.max_answer
+                    "{}: the answer is larger than the limit of {cap} bytes{key}",
+                    p.name
                 )));
             }
             Ok(Err(e)) => return Err(UpstreamError::Connect(error_chain(&*e))),

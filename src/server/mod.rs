@@ -6,7 +6,7 @@ pub(crate) mod chat;
 mod dispatch;
 pub mod edge;
 pub mod limits;
-mod models;
+pub mod models;
 mod passthrough;
 mod responses;
 pub mod shutdown;
@@ -46,6 +46,8 @@ pub struct AppState {
     /// Every provider key and proxy key of this state (also added to the
     /// process-wide redactor every exit uses, [`crate::redact`]).
     pub redactor: Arc<crate::redact::Redactor>,
+    /// The upstreams' own model lists, for providers that name no models.
+    pub discovery: models::Discovery,
     ready: AtomicBool,
 }
 
@@ -94,6 +96,7 @@ impl AppState {
         });
         let tools = crate::tools::Registry::new(config.tools.as_ref(), config.mcp.as_ref(), skills)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let discovery = models::Discovery::new(&providers);
         Ok(Arc::new(AppState {
             providers,
             upstream,
@@ -102,6 +105,7 @@ impl AppState {
             tools,
             edge: edge::Edge::new(auth, config.limits.clone()),
             redactor,
+            discovery,
             ready: AtomicBool::new(true),
         }))
     }
@@ -214,6 +218,8 @@ fn router(state: Shared) -> Router {
         .route("/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
         .route("/v1/responses/{id}/input_items", get(responses::input_items))
         .route("/v1/models", get(models::list))
+        // Ids contain `/` (`deepseek/deepseek-chat`): the rest of the path.
+        .route("/v1/models/{*id}", get(models::retrieve))
         .route("/v1/embeddings", post(passthrough::embeddings))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
