@@ -10,9 +10,9 @@ use clap::{Parser, Subcommand};
 use serde_json::{Value, json};
 
 use crate::config::{Config, ProviderConfig};
-use crate::fixture::Replay;
 use crate::provider::{Profile, load_profiles};
 use crate::server::AppState;
+use crate::server::replay::Replay;
 use crate::skills::{SkillSet, Status as SkillStatus};
 use crate::toolcall::{FormatSet, ToolIndex, extract};
 
@@ -183,7 +183,7 @@ async fn serve(
     if let Some((_, pc)) = demo
         && pc.base_url.is_none()
     {
-        let addr = crate::fixture::spawn(Arc::new(Replay::demo()), "127.0.0.1:0").await?;
+        let addr = crate::server::replay::spawn(Arc::new(Replay::demo()), "127.0.0.1:0").await?;
         pc.base_url = Some(format!("http://{addr}/v1"));
     }
     let state = AppState::build(&config, &profiles, record.as_deref())?;
@@ -256,7 +256,7 @@ async fn replay(dir: PathBuf, listen: String, speed: f64) -> Result<()> {
     let listener =
         tokio::net::TcpListener::bind(&listen).await.with_context(|| format!("cannot listen on {listen}"))?;
     tracing::info!("replaying {n} recordings on http://{}/v1", listener.local_addr()?);
-    axum::serve(crate::server::shutdown::nodelay(listener), crate::fixture::router(Arc::new(replay)))
+    axum::serve(crate::server::shutdown::nodelay(listener), crate::server::replay::router(Arc::new(replay)))
         .with_graceful_shutdown(shutdown_signal())
         .await?;
     Ok(())

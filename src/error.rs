@@ -1,60 +1,12 @@
-//! The HTTP edge's error type and its one mapping to OpenAI's error body:
+//! The request's error type and its one mapping to OpenAI's error body (the
+//! edge writes it, `server::error`):
 //! `{"error": {"message", "type", "param", "code"}}` with the status code the
 //! OpenAI SDKs turn into the right exception class.
 
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
 
+pub use crate::openai::ErrorObject;
 use crate::provider::UpstreamError;
-
-/// OpenAI's error object (the value under `"error"`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct ErrorObject {
-    pub message: String,
-    #[serde(rename = "type")]
-    pub kind: String,
-    pub param: Option<String>,
-    pub code: Option<String>,
-    /// Whatever else the upstream said (kept, never dropped).
-    #[serde(flatten)]
-    pub extra: Map<String, Value>,
-    /// The upstream's `Retry-After` (or ours), sent on as a header.
-    #[serde(skip)]
-    pub retry_after: Option<std::time::Duration>,
-}
-
-impl ErrorObject {
-    pub fn new(kind: &str, message: impl Into<String>) -> Self {
-        ErrorObject { message: message.into(), kind: kind.to_string(), ..Default::default() }
-    }
-
-    pub fn with_code(mut self, code: &str) -> Self {
-        self.code = Some(code.to_string());
-        self
-    }
-
-    /// The body `{"error": {...}}`, every known secret redacted.
-    pub fn to_body(&self) -> Value {
-        let mut v = serde_json::json!({ "error": self });
-        crate::redact::value(&mut v);
-        v
-    }
-
-    /// Redacts every known secret from the message, param, code and what
-    /// else the upstream said.
-    pub fn redact(&mut self) {
-        let r = crate::redact::global();
-        r.string(&mut self.message);
-        for s in [&mut self.param, &mut self.code].into_iter().flatten() {
-            r.string(s);
-        }
-        for v in self.extra.values_mut() {
-            r.value(v);
-        }
-    }
-}
 
 /// Everything a request can fail with, by cause.
 #[derive(Debug, thiserror::Error)]
@@ -115,18 +67,5 @@ impl ApiError {
             ),
             ApiError::Upstream(e) => e.to_openai(),
         }
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let (status, obj) = self.to_openai();
-        let mut r = (status, axum::Json(obj.to_body())).into_response();
-        if let Some(ra) = obj.retry_after
-            && let Ok(v) = axum::http::HeaderValue::from_str(&ra.as_secs_f64().ceil().max(1.0).to_string())
-        {
-            r.headers_mut().insert(axum::http::header::RETRY_AFTER, v);
-        }
-        r
     }
 }

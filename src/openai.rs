@@ -249,3 +249,50 @@ pub fn new_call_id() -> String {
 pub fn now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
+
+/// OpenAI's error object (the value under `"error"`).
+#[derive(Debug, Clone, Default, Serialize, serde::Deserialize, PartialEq)]
+pub struct ErrorObject {
+    pub message: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub param: Option<String>,
+    pub code: Option<String>,
+    /// Whatever else the upstream said (kept, never dropped).
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+    /// The upstream's `Retry-After` (or ours), sent on as a header.
+    #[serde(skip)]
+    pub retry_after: Option<std::time::Duration>,
+}
+
+impl ErrorObject {
+    pub fn new(kind: &str, message: impl Into<String>) -> Self {
+        ErrorObject { message: message.into(), kind: kind.to_string(), ..Default::default() }
+    }
+
+    pub fn with_code(mut self, code: &str) -> Self {
+        self.code = Some(code.to_string());
+        self
+    }
+
+    /// The body `{"error": {...}}`, every known secret redacted.
+    pub fn to_body(&self) -> Value {
+        let mut v = serde_json::json!({ "error": self });
+        crate::redact::value(&mut v);
+        v
+    }
+
+    /// Redacts every known secret from the message, param, code and what
+    /// else the upstream said.
+    pub fn redact(&mut self) {
+        let r = crate::redact::global();
+        r.string(&mut self.message);
+        for s in [&mut self.param, &mut self.code].into_iter().flatten() {
+            r.string(s);
+        }
+        for v in self.extra.values_mut() {
+            r.value(v);
+        }
+    }
+}

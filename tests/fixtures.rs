@@ -19,9 +19,10 @@ use std::sync::Arc;
 
 use common::*;
 use modelshim::config::{Config, ProviderConfig};
-use modelshim::fixture::{Fixture, Replay};
+use modelshim::fixture::Fixture;
 use modelshim::provider::load_profiles;
 use modelshim::server::AppState;
+use modelshim::server::replay::Replay;
 use serde_json::{Value, json};
 
 /// Folders under fixtures/ that are not recorded exchanges.
@@ -113,7 +114,7 @@ async fn run(vendor: &str, source: &str, text: &str) -> Outcome {
     let (replay, problems) = Replay::new([(source.to_string(), text.to_string())], 0.0);
     assert!(problems.is_empty(), "{problems:?}");
     let replay = Arc::new(replay);
-    let addr = modelshim::fixture::spawn(replay.clone(), "127.0.0.1:0").await.unwrap();
+    let addr = modelshim::server::replay::spawn(replay.clone(), "127.0.0.1:0").await.unwrap();
     let profiles = load_profiles(None).unwrap();
     assert!(profiles.contains_key(vendor), "fixtures/{vendor}/ has no providers/{vendor}.toml");
     let mut config = Config::default();

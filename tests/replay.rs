@@ -13,9 +13,10 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use modelshim::config::{Config, ProviderConfig};
-use modelshim::fixture::{Fixture, Replay, SseEvent};
+use modelshim::fixture::{Fixture, SseEvent};
 use modelshim::provider::Profile;
 use modelshim::server::AppState;
+use modelshim::server::replay::Replay;
 use serde_json::{Value, json};
 use wiremock::matchers::{body_partial_json, method, path};
 use wiremock::{Mock, MockServer, ResponseTemplate};
@@ -140,7 +141,7 @@ async fn recorded_session_replays_byte_identical() {
     let (replay, problems) = Replay::load_dir(dir.path(), 0.0).unwrap();
     assert!(problems.is_empty(), "{problems:?}");
     let replay = Arc::new(replay);
-    let addr = modelshim::fixture::spawn(replay.clone(), "127.0.0.1:0").await.unwrap();
+    let addr = modelshim::server::replay::spawn(replay.clone(), "127.0.0.1:0").await.unwrap();
     let again = proxy_at(&format!("http://{addr}"), None).await;
     assert_eq!(raw(&again, &request(true)).await, streamed, "streamed");
     assert_eq!(raw(&again, &request(false)).await, whole, "non-streamed");
@@ -258,7 +259,7 @@ async fn recording_taps_the_stream_without_holding_it_back() {
     let mut fx = fx;
     fx.response.sse.as_mut().unwrap()[1].delay_ms = 400;
     let (replay, _) = Replay::new([("slow.json".to_string(), fx.to_pretty())], 1.0);
-    let addr = modelshim::fixture::spawn(Arc::new(replay), "127.0.0.1:0").await.unwrap();
+    let addr = modelshim::server::replay::spawn(Arc::new(replay), "127.0.0.1:0").await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let p = proxy_at(&format!("http://{addr}"), Some(dir.path())).await;
     let start = Instant::now();
@@ -285,7 +286,7 @@ async fn recording_taps_the_stream_without_holding_it_back() {
 async fn replay_names_the_closest_recording_on_a_miss() {
     let fx = Fixture::chat("v", "m1").json(200, completion(json!({"role": "assistant", "content": "hi"}), "stop"));
     let (replay, _) = Replay::new([("fixtures/v/hello.json".to_string(), fx.to_pretty())], 0.0);
-    let addr = modelshim::fixture::spawn(Arc::new(replay), "127.0.0.1:0").await.unwrap();
+    let addr = modelshim::server::replay::spawn(Arc::new(replay), "127.0.0.1:0").await.unwrap();
     let r = reqwest::Client::new()
         .post(format!("http://{addr}/v1/chat/completions"))
         .json(&json!({"model": "other", "messages": [{"role": "user", "content": "x"}]}))
@@ -314,7 +315,7 @@ async fn replay_falls_back_to_recording_order_and_paces_streams() {
     let files = [("a.json", a), ("b.json", b), ("s.json", slow)].map(|(n, f)| (n.to_string(), f.to_pretty()));
     for speed in [0.0, 2.0] {
         let (replay, _) = Replay::new(files.clone(), speed);
-        let addr = modelshim::fixture::spawn(Arc::new(replay), "127.0.0.1:0").await.unwrap();
+        let addr = modelshim::server::replay::spawn(Arc::new(replay), "127.0.0.1:0").await.unwrap();
         let p = proxy_at(&format!("http://{addr}"), None).await;
         let ask = json!({"model": "v/m1", "messages": [{"role": "user", "content": "unrecorded"}]});
         let first = p.chat(ask.clone()).await.1;

@@ -470,8 +470,8 @@ async fn scripts_are_tools_only_when_allowed_and_after_reading() {
 /// `skills/` folder; the scripted model reads `commit-message`, then answers.
 #[tokio::test]
 async fn the_demo_model_reads_a_bundled_skill_and_answers() {
-    let replay = Arc::new(modelshim::fixture::Replay::demo());
-    let addr = modelshim::fixture::spawn(replay.clone(), "127.0.0.1:0").await.unwrap();
+    let replay = Arc::new(modelshim::server::replay::Replay::demo());
+    let addr = modelshim::server::replay::spawn(replay.clone(), "127.0.0.1:0").await.unwrap();
     let profiles = modelshim::provider::load_profiles(None).unwrap();
     let mut config = Config::default();
     config.providers.insert(

@@ -8,7 +8,7 @@ use axum::http::StatusCode;
 use serde_json::{Map, Value};
 
 use super::Profile;
-use crate::error::ErrorObject;
+use crate::openai::ErrorObject;
 
 /// Why an upstream call failed. The upstream's own words (an error body,
 /// the start of a bad answer) may echo a key: both ways out, `Display` (logs,

@@ -15,7 +15,7 @@ use tracing::Instrument as _;
 use super::upstream::{Reply, Upstream};
 use super::{Provider, UpstreamError};
 use crate::config::UpstreamConfig;
-use crate::error::ErrorObject;
+use crate::openai::ErrorObject;
 
 /// Breaker states, as the `modelshim_circuit_state` gauge shows them.
 #[derive(Debug, Clone, Copy, PartialEq)]

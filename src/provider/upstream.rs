@@ -267,7 +267,7 @@ impl Upstream {
             let bytes = self.read(p, resp, rec, self.max_answer).await?;
             return Err(super::resilience::with_retry_after(map_error(&p.profile, status, &bytes), retry_after));
         }
-        let idle = crate::server::limits::secs(p.upstream.idle_timeout_secs);
+        let idle = crate::config::limits::secs(p.upstream.idle_timeout_secs);
         if is_sse {
             let body = resp.into_body().into_data_stream();
             return Ok(Reply::Events(super::sse_in::events(body, idle, self.max_answer, rec)));
@@ -403,7 +403,7 @@ impl Upstream {
         rec: Option<Recording>,
         cap: usize,
     ) -> Result<Bytes, UpstreamError> {
-        let limit = crate::server::limits::secs(p.upstream.idle_timeout_secs);
+        let limit = crate::config::limits::secs(p.upstream.idle_timeout_secs);
         let body = http_body_util::Limited::new(resp.into_body(), cap);
         let bytes = match tokio::time::timeout(limit, body.collect()).await {
             Err(_) => {
