@@ -515,9 +515,29 @@ async fn vercel_ai7_openai_responses_item_reference_tool_loop() {
     run_checks(Runner::Node(7), "vercel_ai.mjs", &["responses_tool_loop", "responses_tool_loop_streamed"]).await;
 }
 
-/// A DeepSeek-like thinker over Responses: its reasoning is shown (summary)
-/// and carried to the next turn.
+/// Responses asked for a reasoning summary: the provider shows the
+/// reasoning only from `summary`.
 #[tokio::test(flavor = "multi_thread")]
-async fn vercel_ai6_openai_responses_reasoning_summary_item_reference() {
-    run_checks(Runner::Node(6), "vercel_ai.mjs", &["responses_reasoning", "responses_thinker_loop"]).await;
+async fn vercel_ai6_openai_responses_reasoning_summary() {
+    run_checks(Runner::Node(6), "vercel_ai.mjs", &["responses_reasoning_generate", "responses_reasoning_stream"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vercel_ai7_openai_responses_reasoning_summary() {
+    run_checks(Runner::Node(7), "vercel_ai.mjs", &["responses_reasoning_generate", "responses_reasoning_stream"]).await;
+}
+
+/// A DeepSeek-like thinker in a Responses tool loop: each call's reasoning
+/// must reach the next turn (`item_reference`, and the non-streamed path's
+/// reasoning memory).
+#[tokio::test(flavor = "multi_thread")]
+async fn vercel_ai6_openai_responses_thinker_item_reference_loop() {
+    run_checks(Runner::Node(6), "vercel_ai.mjs", &["responses_thinker_loop_generate", "responses_thinker_loop_stream"])
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vercel_ai7_openai_responses_thinker_item_reference_loop() {
+    run_checks(Runner::Node(7), "vercel_ai.mjs", &["responses_thinker_loop_generate", "responses_thinker_loop_stream"])
+        .await;
 }
