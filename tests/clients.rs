@@ -8,7 +8,8 @@
 //! tests/support/pyenv.rs).
 //!
 //! Tests named `…_idless_…` need issue #27 item 1, `…_item_reference_…`
-//! item 2, `…_reasoning_summary_…` item 4 and `…_cached_usage_…` item 8.
+//! item 2 (and 3), `…_reasoning_summary` item 4, `…_trace_modes` item 5 and
+//! `…_cached_usage_…` item 8.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
 
@@ -404,6 +405,11 @@ async fn langgraph_react_agent() {
         .await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn langchain_demo_skills_trace_modes() {
+    run_checks(Runner::Clients, "langchain_client.py", &["demo_skills_traced"]).await;
+}
+
 // ---- LlamaIndex ----
 
 #[tokio::test(flavor = "multi_thread")]
@@ -434,6 +440,11 @@ async fn litellm_idless_parallel_calls() {
 #[tokio::test(flavor = "multi_thread")]
 async fn litellm_cached_usage_cost_fields() {
     run_checks(Runner::Clients, "litellm_client.py", &["cached_usage"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn litellm_demo_skills_trace_modes() {
+    run_checks(Runner::Clients, "litellm_client.py", &["demo_skills_traced"]).await;
 }
 
 // ---- pydantic-ai ----
@@ -490,6 +501,16 @@ async fn vercel_ai6_idless_parallel_calls() {
 #[tokio::test(flavor = "multi_thread")]
 async fn vercel_ai7_idless_parallel_calls() {
     run_checks(Runner::Node(7), "vercel_ai.mjs", &["compat_idless", "compat_idless_streamed"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vercel_ai6_demo_skills_trace_modes() {
+    run_checks(Runner::Node(6), "vercel_ai.mjs", &["demo_skills_traced"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vercel_ai7_demo_skills_trace_modes() {
+    run_checks(Runner::Node(7), "vercel_ai.mjs", &["demo_skills_traced"]).await;
 }
 
 /// The default `@ai-sdk/openai` provider (Responses API) without a tool loop.

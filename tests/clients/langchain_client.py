@@ -204,5 +204,15 @@ def demo_skills():
     eq(total.content, DEMO_ANSWER, "streamed")
 
 
+@check
+def demo_skills_traced():
+    # Every trace mode must be safe for the client (issue #27 item 5).
+    for mode in ["comments", "events"]:
+        h = {"x-modelshim-trace": mode}
+        eq(llm("demo/skills", base=DEMO, default_headers=h).invoke(DEMO_PROMPT).content, DEMO_ANSWER, mode)
+        total, _ = gather(llm("demo/skills", base=DEMO, default_headers=h).stream(DEMO_PROMPT))
+        eq(total.content, DEMO_ANSWER, f"{mode} streamed")
+
+
 if __name__ == "__main__":
     main()

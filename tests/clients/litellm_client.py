@@ -139,5 +139,17 @@ def demo_skills():
     eq("".join(parts), DEMO_ANSWER, "streamed")
 
 
+@check
+def demo_skills_traced():
+    # Every trace mode must be safe for the client (issue #27 item 5).
+    msgs = [{"role": "user", "content": DEMO_PROMPT}]
+    for mode in ["comments", "events"]:
+        h = {"x-modelshim-trace": mode}
+        r = complete("demo/skills", base=DEMO, messages=msgs, extra_headers=h)
+        eq(r.choices[0].message.content, DEMO_ANSWER, mode)
+        chunks = complete("demo/skills", base=DEMO, messages=msgs, stream=True, extra_headers=h)
+        eq("".join(c.choices[0].delta.content or "" for c in chunks if c.choices), DEMO_ANSWER, f"{mode} streamed")
+
+
 if __name__ == "__main__":
     main()

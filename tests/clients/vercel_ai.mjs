@@ -166,6 +166,16 @@ const checks = {
       assert.deepEqual(calls(r.steps), []);
     }
   },
+  async demo_skills_traced() {
+    // Every trace mode must be safe for the client (issue #27 item 5).
+    for (const mode of ["comments", "events"]) {
+      const demo = createOpenAICompatible({ name: "demo", baseURL: DEMO, apiKey: KEY, headers: { "x-modelshim-trace": mode } });
+      for (const run of [gen, stream]) {
+        const r = await run(demo("demo/skills"), { prompt: DEMO_PROMPT });
+        assert.equal(r.text, DEMO_ANSWER, `${mode} ${run.name}`);
+      }
+    }
+  },
   // ---- @ai-sdk/openai: the Responses API ----
   async responses_generate() {
     const r = await gen(oai("v/plain"), { prompt: QUESTION });
