@@ -162,7 +162,10 @@ impl Respond for Script {
             }
             "err400" => return err(400, json!({"code": 20015, "data": null, "message": "max_tokens is too large"})),
             other => {
-                return err(404, json!({"error": {"message": format!("no scenario {other}"), "code": "model_not_found"}}));
+                return err(
+                    404,
+                    json!({"error": {"message": format!("no scenario {other}"), "code": "model_not_found"}}),
+                );
             }
         };
         respond(&body, say)
@@ -310,12 +313,20 @@ fn node_clients_env(major: u32) -> PathBuf {
     let dir = sdk_dir().join(format!("node-clients-{major}"));
     let stamp = dir.join("pins.txt");
     let want = pkgs.join(" ");
-    pyenv::locked(&format!("node-clients-{major}"), || std::fs::read_to_string(&stamp).is_ok_and(|t| t == want), || {
-        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
-        std::fs::write(dir.join("package.json"), r#"{"private": true, "type": "module"}"#).map_err(|e| e.to_string())?;
-        run(Command::new("npm").args(["install", "--no-audit", "--no-fund", "--loglevel=error"]).args(*pkgs).current_dir(&dir))?;
-        std::fs::write(&stamp, &want).map_err(|e| e.to_string())
-    });
+    pyenv::locked(
+        &format!("node-clients-{major}"),
+        || std::fs::read_to_string(&stamp).is_ok_and(|t| t == want),
+        || {
+            std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+            std::fs::write(dir.join("package.json"), r#"{"private": true, "type": "module"}"#)
+                .map_err(|e| e.to_string())?;
+            run(Command::new("npm")
+                .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+                .args(*pkgs)
+                .current_dir(&dir))?;
+            std::fs::write(&stamp, &want).map_err(|e| e.to_string())
+        },
+    );
     dir
 }
 
@@ -401,8 +412,12 @@ async fn langchain_cached_usage_metadata() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn langgraph_react_agent() {
-    run_checks(Runner::Clients, "langchain_client.py", &["react_agent", "react_agent_text_calls", "react_agent_reasoning", "demo_skills"])
-        .await;
+    run_checks(
+        Runner::Clients,
+        "langchain_client.py",
+        &["react_agent", "react_agent_text_calls", "react_agent_reasoning", "demo_skills"],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -427,8 +442,17 @@ async fn llamaindex_idless_parallel_calls() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn litellm_client() {
-    let checks =
-        ["plain", "stream", "tools", "tools_streamed", "parallel", "text_formats", "reasoning", "errors", "demo_skills"];
+    let checks = [
+        "plain",
+        "stream",
+        "tools",
+        "tools_streamed",
+        "parallel",
+        "text_formats",
+        "reasoning",
+        "errors",
+        "demo_skills",
+    ];
     run_checks(Runner::Clients, "litellm_client.py", &checks).await;
 }
 
@@ -451,7 +475,8 @@ async fn litellm_demo_skills_trace_modes() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pydantic_ai_agent() {
-    let checks = ["plain", "stream", "tool_loop", "tool_loop_text_calls", "parallel", "output_type", "thinking", "errors"];
+    let checks =
+        ["plain", "stream", "tool_loop", "tool_loop_text_calls", "parallel", "output_type", "thinking", "errors"];
     run_checks(Runner::Clients, "pydantic_ai_client.py", &checks).await;
 }
 
@@ -464,7 +489,8 @@ async fn pydantic_ai_idless_parallel_calls() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn instructor_response_model() {
-    run_checks(Runner::LlamaIndex, "instructor_client.py", &["tools_mode", "json_mode", "md_json_mode", "errors"]).await;
+    run_checks(Runner::LlamaIndex, "instructor_client.py", &["tools_mode", "json_mode", "md_json_mode", "errors"])
+        .await;
 }
 
 // ---- Vercel AI SDK ----

@@ -71,10 +71,7 @@ fn pins_probe(pins: &[String]) -> String {
             format!("({name:?}, {version:?})")
         })
         .collect();
-    format!(
-        "import importlib.metadata as m, sys; sys.exit(any(m.version(n) != v for n, v in [{}]))",
-        pairs.join(", ")
-    )
+    format!("import importlib.metadata as m, sys; sys.exit(any(m.version(n) != v for n, v in [{}]))", pairs.join(", "))
 }
 
 /// The venv of [`PYTHON_CLIENTS`] (with the pinned `openai`); its python.
