@@ -588,3 +588,17 @@ async fn vercel_ai7_openai_responses_thinker_item_reference_loop() {
     run_checks(Runner::Node(7), "vercel_ai.mjs", &["responses_thinker_loop_generate", "responses_thinker_loop_stream"])
         .await;
 }
+
+/// The same loop with `store: false`: every item is sent inline, and the
+/// reasoning of the call turn must still reach the upstream, on both paths.
+#[tokio::test(flavor = "multi_thread")]
+async fn vercel_ai6_openai_responses_unstored_thinker_reasoning_memory() {
+    let checks = ["responses_thinker_loop_unstored_generate", "responses_thinker_loop_unstored_stream"];
+    run_checks(Runner::Node(6), "vercel_ai.mjs", &checks).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vercel_ai7_openai_responses_unstored_thinker_reasoning_memory() {
+    let checks = ["responses_thinker_loop_unstored_generate", "responses_thinker_loop_unstored_stream"];
+    run_checks(Runner::Node(7), "vercel_ai.mjs", &checks).await;
+}

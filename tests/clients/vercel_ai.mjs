@@ -84,8 +84,9 @@ async function reasoningShown(run) {
   assert.equal(r.reasoningText, "22C in Paris; answer.");
 }
 
-async function thinkerLoop(run) {
-  const opts = { prompt: QUESTION, tools, stopWhen: stepCountIs(5), providerOptions: reasoningOptions };
+async function thinkerLoop(run, store = true) {
+  const providerOptions = { openai: { ...reasoningOptions.openai, store } };
+  const opts = { prompt: QUESTION, tools, stopWhen: stepCountIs(5), providerOptions };
   const r = await run(oai("v/thinker"), opts);
   assert.deepEqual([r.text, calls(r.steps)], ["It is 22C and sunny in Paris.", PARIS]);
 }
@@ -222,6 +223,14 @@ const checks = {
   },
   async responses_thinker_loop_stream() {
     await thinkerLoop(stream);
+  },
+  // store: false sends every item inline (no item_reference): the
+  // reasoning still has to reach the next turn (item 3).
+  async responses_thinker_loop_unstored_generate() {
+    await thinkerLoop(gen, false);
+  },
+  async responses_thinker_loop_unstored_stream() {
+    await thinkerLoop(stream, false);
   },
 };
 
