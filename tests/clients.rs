@@ -542,24 +542,44 @@ async fn vercel_ai7_demo_skills_trace_modes() {
 /// The default `@ai-sdk/openai` provider (Responses API) without a tool loop.
 #[tokio::test(flavor = "multi_thread")]
 async fn vercel_ai6_openai_responses() {
-    run_checks(Runner::Node(6), "vercel_ai.mjs", &["responses_generate", "responses_stream", "responses_errors"]).await;
+    run_checks(
+        Runner::Node(6),
+        "vercel_ai.mjs",
+        &["responses_generate", "responses_stream", "responses_tool_loop", "responses_errors"],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn vercel_ai7_openai_responses() {
-    run_checks(Runner::Node(7), "vercel_ai.mjs", &["responses_generate", "responses_stream", "responses_errors"]).await;
+    run_checks(
+        Runner::Node(7),
+        "vercel_ai.mjs",
+        &["responses_generate", "responses_stream", "responses_tool_loop", "responses_errors"],
+    )
+    .await;
 }
 
-/// Multi-step tool loops over Responses: the provider sends `item_reference`
-/// items for what modelshim returned (store on).
+/// Multi-step tool loops over Responses where the call came with prose: the
+/// provider sends an `item_reference` for that message item (store on).
 #[tokio::test(flavor = "multi_thread")]
 async fn vercel_ai6_openai_responses_item_reference_tool_loop() {
-    run_checks(Runner::Node(6), "vercel_ai.mjs", &["responses_tool_loop", "responses_tool_loop_streamed"]).await;
+    run_checks(
+        Runner::Node(6),
+        "vercel_ai.mjs",
+        &["responses_prose_call_loop_generate", "responses_prose_call_loop_stream"],
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn vercel_ai7_openai_responses_item_reference_tool_loop() {
-    run_checks(Runner::Node(7), "vercel_ai.mjs", &["responses_tool_loop", "responses_tool_loop_streamed"]).await;
+    run_checks(
+        Runner::Node(7),
+        "vercel_ai.mjs",
+        &["responses_prose_call_loop_generate", "responses_prose_call_loop_stream"],
+    )
+    .await;
 }
 
 /// Responses asked for a reasoning summary: the provider shows the

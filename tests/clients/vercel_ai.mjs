@@ -200,15 +200,23 @@ const checks = {
     }
   },
   async responses_tool_loop() {
-    assert.deepEqual(await loop(oai("v/weather"), gen), ["It is 22C and sunny in Paris.", PARIS, 2]);
-    const want = ["Paris: 22C and sunny; Rome: 18C and cloudy.", BOTH_CALLS, 2];
-    assert.deepEqual(await loop(oai("v/parallel"), gen, BOTH), want, "parallel");
-    assert.deepEqual(await loop(oai("v/hermes"), gen), ["It is 22C and sunny in Paris.", PARIS, 2], "hermes");
+    for (const run of [gen, stream]) {
+      assert.deepEqual(await loop(oai("v/weather"), run), ["It is 22C and sunny in Paris.", PARIS, 2], run.name);
+      const want = ["Paris: 22C and sunny; Rome: 18C and cloudy.", BOTH_CALLS, 2];
+      assert.deepEqual(await loop(oai("v/parallel"), run, BOTH), want, `parallel ${run.name}`);
+    }
   },
-  async responses_tool_loop_streamed() {
-    assert.deepEqual(await loop(oai("v/weather"), stream), ["It is 22C and sunny in Paris.", PARIS, 2]);
-    const want = ["Paris: 22C and sunny; Rome: 18C and cloudy.", BOTH_CALLS, 2];
-    assert.deepEqual(await loop(oai("v/parallel"), stream, BOTH), want, "parallel");
+  // Prose before the call: the next step refers to that message item by
+  // `item_reference` (item 2); the call items themselves are sent inline.
+  async responses_prose_call_loop_generate() {
+    for (const fmt of ["hermes", "deepseek", "kimi"]) {
+      assert.deepEqual(await loop(oai(`v/${fmt}`), gen), ["It is 22C and sunny in Paris.", PARIS, 2], fmt);
+    }
+  },
+  async responses_prose_call_loop_stream() {
+    for (const fmt of ["hermes", "deepseek", "kimi"]) {
+      assert.deepEqual(await loop(oai(`v/${fmt}`), stream), ["It is 22C and sunny in Paris.", PARIS, 2], fmt);
+    }
   },
   // Asked for a summary, the provider shows the reasoning (item 4).
   async responses_reasoning_generate() {
