@@ -425,6 +425,22 @@ async fn langchain_demo_skills_trace_modes() {
     run_checks(Runner::Clients, "langchain_client.py", &["demo_skills_traced"]).await;
 }
 
+/// `ChatOpenAI(use_responses_api=True)`: text, tools and a ReAct loop.
+#[tokio::test(flavor = "multi_thread")]
+async fn langchain_responses_api() {
+    run_checks(
+        Runner::Clients,
+        "langchain_client.py",
+        &["responses_plain", "responses_tools", "responses_react_agent"],
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn langchain_responses_reasoning_summary() {
+    run_checks(Runner::Clients, "langchain_client.py", &["responses_reasoning_summary"]).await;
+}
+
 // ---- LlamaIndex ----
 
 #[tokio::test(flavor = "multi_thread")]

@@ -214,5 +214,51 @@ def demo_skills_traced():
         eq(total.content, DEMO_ANSWER, f"{mode} streamed")
 
 
+def rllm(scenario, **kw):
+    return llm(scenario, use_responses_api=True, **kw)
+
+
+def reasoning_text(msg):
+    return "".join(b.get("reasoning", "") for b in msg.content_blocks if b["type"] == "reasoning")
+
+
+@check
+def responses_plain():
+    eq(rllm("plain").invoke(QUESTION).text, "Hello from upstream.")
+    total, _ = gather(rllm("plain").stream(QUESTION))
+    eq(total.text, "Hello from upstream.", "streamed")
+
+
+@check
+def responses_tools():
+    eq(calls(rllm("weather").bind_tools([get_weather]).invoke(QUESTION)), PARIS)
+    total, _ = gather(rllm("weather").bind_tools([get_weather]).stream(QUESTION))
+    eq(calls(total), PARIS, "streamed")
+    eq(calls(rllm("parallel").bind_tools([get_weather]).invoke(BOTH)), BOTH_CALLS, "parallel")
+
+
+@check
+def responses_react_agent():
+    from langgraph.prebuilt import create_react_agent
+    for streaming in [False, True]:
+        for scenario in ["weather", "hermes"]:
+            agent = create_react_agent(rllm(scenario, streaming=streaming), [get_weather])
+            msgs = agent.invoke({"messages": [("user", QUESTION)]})["messages"]
+            what = f"{scenario} streaming={streaming}"
+            eq([m.type for m in msgs], ["human", "ai", "tool", "ai"], what)
+            eq(calls(msgs[1]), PARIS, what)
+            eq(msgs[3].text, "It is 22C and sunny in Paris.", what)
+
+
+@check
+def responses_reasoning_summary():
+    # Asked for a summary, LangChain shows the reasoning (item 4).
+    r = {"effort": "low", "summary": "auto"}
+    m = rllm("reason", reasoning=r).invoke(QUESTION)
+    eq((m.text, reasoning_text(m)), ("Paris is 22C.", "22C in Paris; answer."), f"content {m.content!r}")
+    total, _ = gather(rllm("reason", reasoning=r).stream(QUESTION))
+    eq((total.text, reasoning_text(total)), ("Paris is 22C.", "22C in Paris; answer."), f"streamed {total.content!r}")
+
+
 if __name__ == "__main__":
     main()
