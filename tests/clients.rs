@@ -555,6 +555,16 @@ async fn vercel_ai7_demo_skills_trace_modes() {
     run_checks(Runner::Node(7), "vercel_ai.mjs", &["demo_skills_traced"]).await;
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn vercel_ai6_cached_usage_token_details() {
+    run_checks(Runner::Node(6), "vercel_ai.mjs", &["compat_cached_usage"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vercel_ai7_cached_usage_token_details() {
+    run_checks(Runner::Node(7), "vercel_ai.mjs", &["compat_cached_usage"]).await;
+}
+
 /// The default `@ai-sdk/openai` provider (Responses API) without a tool loop.
 #[tokio::test(flavor = "multi_thread")]
 async fn vercel_ai6_openai_responses() {

@@ -50,7 +50,7 @@ async function stream(model, opts) {
   for await (const p of r.fullStream) parts.push(p);
   const err = parts.find((p) => p.type === "error");
   if (err) throw err.error;
-  return { text: await r.text, steps: await r.steps, reasoningText: await r.reasoningText, parts };
+  return { text: await r.text, steps: await r.steps, reasoningText: await r.reasoningText, usage: await r.usage, parts };
 }
 
 async function loop(model, run, prompt = QUESTION) {
@@ -175,6 +175,16 @@ const checks = {
         const r = await run(demo("demo/skills"), { prompt: DEMO_PROMPT });
         assert.equal(r.text, DEMO_ANSWER, `${mode} ${run.name}`);
       }
+    }
+  },
+  async compat_cached_usage() {
+    for (const [model, run] of [[compat("v/cached"), gen], [compat("v/cached"), stream], [oai("v/cached"), gen]]) {
+      const r = await run(model, { prompt: "hi" });
+      const u = await r.usage;
+      const what = `${model.provider} ${run.name}`;
+      assert.deepEqual([u.inputTokens, u.outputTokens], [100, 20], what);
+      assert.equal(u.inputTokenDetails.cacheReadTokens, 80, what);
+      assert.equal(u.outputTokenDetails.reasoningTokens, 5, what);
     }
   },
   // ---- @ai-sdk/openai: the Responses API ----
