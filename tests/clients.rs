@@ -99,10 +99,16 @@ impl Respond for Script {
             "weather" if results.is_empty() => {
                 Say::calls(vec![call("call_w1", "get_weather", json!({"city": "Paris"}))])
             }
-            "weather" | "hermes" | "deepseek" | "kimi" if !results.is_empty() => weather_answer(&results),
-            "hermes" => Say::text(HERMES),
-            "deepseek" => Say::text(DEEPSEEK),
-            "kimi" => Say::text(KIMI),
+            "weather" | "hermes" | "deepseek" | "kimi" | "qwen3-32b" | "kimi-k2.6" | "deepseek-v3.1"
+                if !results.is_empty() =>
+            {
+                weather_answer(&results)
+            }
+            "hermes" | "qwen3-32b" => Say::text(HERMES),
+            // Kimi's format from a model the vllm profile maps to hermes only.
+            "qwen3-kimi" => Say::text(KIMI),
+            "deepseek" | "deepseek-v3.1" => Say::text(DEEPSEEK),
+            "kimi" | "kimi-k2.6" => Say::text(KIMI),
             "parallel" | "idless" if results.is_empty() => Say {
                 calls: vec![
                     call("call_p1", "get_weather", json!({"city": "Paris"})),
@@ -231,18 +237,31 @@ fn respond(body: &Value, say: Say) -> ResponseTemplate {
     ResponseTemplate::new(200).set_body_json(c)
 }
 
-/// The scripted upstream and the proxy in front of it (provider `v`, a
-/// generic vendor that needs tool-call reasoning replayed).
+/// The scripted upstream and the proxy in front of it: provider `v`, a
+/// generic vendor that needs tool-call reasoning replayed and recovers every
+/// text format; `moonshot` and `vllm`, the bundled profiles, whose model
+/// globs pick the formats.
 async fn start() -> (MockServer, Proxy) {
     let upstream = MockServer::start().await;
     Mock::given(method("POST")).respond_with(Script).mount(&upstream).await;
-    let p = proxy_with("[thinking]\nreasoning_replay = \"required\"\n", &upstream.uri(), |c| {
-        // The upstream fails on purpose: retries or a breaker would hide the
-        // very errors under test.
-        c.upstream.breaker_failures = 0;
-        c.upstream.retries = Some(0);
-    })
-    .await;
+    let text = "name = \"test vendor\"\nbase_url = \"http://unused\"\n[thinking]\nreasoning_replay = \"required\"\n";
+    let mut profiles = modelshim::provider::load_profiles(None).unwrap();
+    profiles.insert("testvendor".into(), modelshim::provider::Profile::parse("testvendor", text).unwrap());
+    let mut config = Config::default();
+    for (name, profile) in [("v", "testvendor"), ("moonshot", "moonshot"), ("vllm", "vllm")] {
+        let pc = ProviderConfig {
+            profile: Some(profile.into()),
+            base_url: Some(format!("{}/v1", upstream.uri())),
+            api_key_env: Some("MODELSHIM_CLIENTS_TEST_NO_KEY".into()),
+            ..Default::default()
+        };
+        config.providers.insert(name.into(), pc);
+    }
+    // The upstream fails on purpose: retries or a breaker would hide the
+    // very errors under test.
+    config.upstream.breaker_failures = 0;
+    config.upstream.retries = Some(0);
+    let p = serve_state(modelshim::server::AppState::new(&config, &profiles).unwrap()).await;
     (upstream, p)
 }
 
@@ -395,6 +414,7 @@ async fn langchain_chat_openai() {
         "structured_function_calling",
         "text_formats",
         "text_formats_streamed",
+        "profile_formats",
         "errors",
     ];
     run_checks(Runner::Clients, "langchain_client.py", &checks).await;
@@ -511,13 +531,14 @@ async fn instructor_response_model() {
 
 // ---- Vercel AI SDK ----
 
-const VERCEL_COMPAT: [&str; 9] = [
+const VERCEL_COMPAT: [&str; 10] = [
     "compat_generate",
     "compat_stream",
     "compat_tool_loop",
     "compat_tool_loop_streamed",
     "compat_parallel",
     "compat_text_formats",
+    "compat_profile_formats",
     "compat_reasoning",
     "compat_structured",
     "compat_errors",

@@ -27,7 +27,7 @@ class Person(BaseModel):
 
 
 def llm(scenario, base=BASE, **kw):
-    return ChatOpenAI(model=f"v/{scenario}" if base == BASE else scenario, base_url=base, api_key=KEY,
+    return ChatOpenAI(model=f"v/{scenario}" if base == BASE and "/" not in scenario else scenario, base_url=base, api_key=KEY,
                       max_retries=0, timeout=20, **kw)
 
 
@@ -122,6 +122,23 @@ def text_formats_streamed():
         eq(calls(total), PARIS, fmt)
         eq(total.content, "Let me check.", fmt)
         assert pieces, fmt
+
+
+KIMI_TEXT = ("Let me check.<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0"
+             "<|tool_call_argument_begin|>{\"city\": \"Paris\"}<|tool_call_end|><|tool_calls_section_end|>")
+
+
+@check
+def profile_formats():
+    # The bundled profiles' model globs pick the formats (providers/*.toml).
+    for model in ["moonshot/kimi-k2.6", "vllm/qwen3-32b", "vllm/deepseek-v3.1"]:
+        for streamed in [False, True]:
+            bound = llm(model).bind_tools([get_weather])
+            m = gather(bound.stream(QUESTION))[0] if streamed else bound.invoke(QUESTION)
+            eq((calls(m), m.content), (PARIS, "Let me check."), f"{model} streamed={streamed}")
+    # A format the profile does not name for that model stays text.
+    m = llm("vllm/qwen3-kimi").bind_tools([get_weather]).invoke(QUESTION)
+    eq((m.tool_calls, m.content), ([], KIMI_TEXT))
 
 
 @check

@@ -127,6 +127,15 @@ const checks = {
       }
     }
   },
+  async compat_profile_formats() {
+    // The bundled profiles' model globs pick the formats (providers/*.toml).
+    for (const model of ["moonshot/kimi-k2.6", "vllm/qwen3-32b", "vllm/deepseek-v3.1"]) {
+      for (const run of [gen, stream]) {
+        const one = await run(compat(model), { prompt: QUESTION, tools: declared });
+        assert.deepEqual([calls(one.steps), one.text], [PARIS, "Let me check."], `${model} ${run.name}`);
+      }
+    }
+  },
   async compat_reasoning() {
     for (const run of [gen, stream]) {
       const r = await run(compat("v/reason"), { prompt: QUESTION });
