@@ -20,6 +20,7 @@ pub fn run(cmd: &mut Command) -> Result<String, String> {
     if out.status.success() { Ok(text) } else { Err(format!("{cmd:?} failed:\n{text}")) }
 }
 
+#[allow(dead_code)] // not every test binary runs the plain SDK
 /// A venv with the pinned `openai` package; returns its python. A lock file
 /// keeps concurrent test binaries from installing at once.
 pub fn python_env() -> PathBuf {
@@ -37,16 +38,84 @@ pub fn agents_env() -> PathBuf {
     pinned_env("venv-agents", &[format!("openai=={PYTHON_OPENAI}"), format!("openai-agents=={PYTHON_AGENTS}")], &probe)
 }
 
+/// The client libraries of tests/clients.rs that work with [`PYTHON_OPENAI`]
+/// (LangChain 1.x, LangGraph, litellm, pydantic-ai), pinned.
+#[allow(dead_code)]
+pub const PYTHON_CLIENTS: &[&str] = &[
+    "langchain-openai==1.7.4",
+    "langchain-core==1.8.3",
+    "langgraph==1.2.24",
+    "litellm==1.110.2",
+    "pydantic-ai-slim[openai]==2.68.0",
+];
+/// LlamaIndex and instructor cap `openai` below 3 (instructor also conflicts
+/// with [`PYTHON_OPENAI`]'s deps): a venv of their own with this `openai`.
+#[allow(dead_code)]
+pub const PYTHON_OPENAI_2: &str = "2.54.0";
+#[allow(dead_code)]
+pub const PYTHON_LLAMAINDEX: &[&str] = &[
+    "llama-index-core==0.14.25",
+    "llama-index-llms-openai==0.8.3",
+    "llama-index-llms-openai-like==0.8.1",
+    "instructor==1.17.0",
+];
+
+#[allow(dead_code)]
+/// A probe that every `name==version` of `pins` is installed.
+fn pins_probe(pins: &[String]) -> String {
+    let pairs: Vec<String> = pins
+        .iter()
+        .map(|p| {
+            let (name, version) = p.split_once("==").expect("exact pin");
+            let name = name.split('[').next().unwrap_or(name);
+            format!("({name:?}, {version:?})")
+        })
+        .collect();
+    format!("import importlib.metadata as m, sys; sys.exit(any(m.version(n) != v for n, v in [{}]))", pairs.join(", "))
+}
+
+/// The venv of [`PYTHON_CLIENTS`] (with the pinned `openai`); its python.
+#[allow(dead_code)]
+pub fn clients_env() -> PathBuf {
+    let mut pins = vec![format!("openai=={PYTHON_OPENAI}")];
+    pins.extend(PYTHON_CLIENTS.iter().map(|p| p.to_string()));
+    pinned_env("venv-clients", &pins, &pins_probe(&pins))
+}
+
+/// The venv of [`PYTHON_LLAMAINDEX`] (with [`PYTHON_OPENAI_2`]); its python.
+#[allow(dead_code)]
+pub fn llamaindex_env() -> PathBuf {
+    let mut pins = vec![format!("openai=={PYTHON_OPENAI_2}")];
+    pins.extend(PYTHON_LLAMAINDEX.iter().map(|p| p.to_string()));
+    pinned_env("venv-llamaindex", &pins, &pins_probe(&pins))
+}
+
 /// A venv `name` under [`sdk_dir`] with `packages` installed, unless
 /// `probe` (a Python snippet exiting 0) says it is already there.
 fn pinned_env(name: &str, packages: &[String], probe: &str) -> PathBuf {
     let venv = sdk_dir().join(name);
     let py = venv.join("bin/python");
+    locked(
+        name,
+        || run(Command::new(&py).args(["-c", probe])).is_ok(),
+        || {
+            run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv))
+                .and_then(|_| run(Command::new(&py).args(["-m", "pip", "install", "--quiet"]).args(packages)))
+                .map(drop)
+        },
+    );
+    py
+}
+
+/// Runs `install` unless `ready` says it is done, under a lock file
+/// `name.lock` in [`sdk_dir`] so concurrent test binaries install once.
+pub fn locked(name: &str, ready: impl Fn() -> bool, install: impl FnOnce() -> Result<(), String>) {
     std::fs::create_dir_all(sdk_dir()).expect("sdk dir");
     let lock = sdk_dir().join(format!("{name}.lock"));
-    for _ in 0..600 {
-        if run(Command::new(&py).args(["-c", probe])).is_ok() {
-            return py;
+    let mut install = Some(install);
+    for _ in 0..1200 {
+        if ready() {
+            return;
         }
         // A lock left by a killed run is taken over after ten minutes.
         let stale = std::fs::metadata(&lock)
@@ -56,13 +125,12 @@ fn pinned_env(name: &str, packages: &[String], probe: &str) -> PathBuf {
             let _ = std::fs::remove_file(&lock);
         }
         if std::fs::OpenOptions::new().write(true).create_new(true).open(&lock).is_ok() {
-            let result = run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv))
-                .and_then(|_| run(Command::new(&py).args(["-m", "pip", "install", "--quiet"]).args(packages)));
+            let result = if ready() { Ok(()) } else { (install.take().expect("installed once"))() };
             let _ = std::fs::remove_file(&lock);
-            result.unwrap_or_else(|e| panic!("installing {packages:?}: {e}"));
-            return py;
+            result.unwrap_or_else(|e| panic!("installing {name}: {e}"));
+            return;
         }
         std::thread::sleep(std::time::Duration::from_millis(500));
     }
-    panic!("timed out waiting for another test to install {packages:?}");
+    panic!("timed out waiting for another test to install {name}");
 }
