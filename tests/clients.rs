@@ -268,8 +268,8 @@ async fn start() -> (MockServer, Proxy) {
 /// The README's demo: the bundled offline `demo` provider with the
 /// repository's skills.
 async fn start_demo() -> Proxy {
-    let replay = Arc::new(modelshim::fixture::Replay::demo());
-    let addr = modelshim::fixture::spawn(replay, "127.0.0.1:0").await.unwrap();
+    let replay = Arc::new(modelshim::server::replay::Replay::demo());
+    let addr = modelshim::server::replay::spawn(replay, "127.0.0.1:0").await.unwrap();
     let profiles = modelshim::provider::load_profiles(None).unwrap();
     let mut config = Config::default();
     config
