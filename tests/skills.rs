@@ -647,7 +647,7 @@ async fn a_large_catalog_stays_within_budget_and_every_skill_is_readable() {
     // Every skill, listed by name or not, is readable.
     let cfg: Config = toml::from_str(&dirs.skills_toml("auto_reload = false")).unwrap();
     let skills = modelshim::skills::Skills::load(cfg.skills.as_ref().unwrap());
-    let read_skill = modelshim::skills::tools::ReadSkill {
+    let read_skill = modelshim::tools::skill_readers::ReadSkill {
         skills: skills.clone(),
         names: Vec::new(),
         script_tools: Default::default(),

@@ -10,7 +10,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use serde_json::Value;
 
 use super::SkillSet;
-use super::tools::{READ_SKILL, READ_SKILL_FILE, SEARCH_SKILLS};
+use super::{READ_SKILL, READ_SKILL_FILE, SEARCH_SKILLS};
 use crate::openai::Message;
 
 /// Which tools wait for which skills.

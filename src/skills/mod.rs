@@ -5,17 +5,15 @@
 //! swaps whole on reload, so a reader holds one version from start to end.
 //!
 //! The rest of the feature: [`frontmatter`] (SKILL.md parsing and
-//! validation), [`prompt`] (the system-message section), [`tools`]
-//! (`read_skill`, `read_skill_file`), [`script`] (scripts as tools),
-//! [`gate`] (tools offered only once their skill was read), [`watch`]
-//! (hot reload). The agent loop (`agent/`) is what uses them.
+//! validation), [`prompt`] (the system-message section), [`gate`] (tools
+//! offered only once their skill was read), [`watch`] (hot reload). The
+//! tools that read skills and run their scripts are in `tools/`
+//! (`skill_readers`, `skill_scripts`); the agent loop is what uses them.
 
 pub use crate::config::skills as config;
 pub mod frontmatter;
 pub mod gate;
 pub mod prompt;
-pub mod script;
-pub mod tools;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -26,6 +24,11 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 
 pub use config::{Scope, SkillDir, SkillsConfig};
+
+/// The tools that disclose skills to the model (`tools::skill_readers`).
+pub const READ_SKILL: &str = "read_skill";
+pub const READ_SKILL_FILE: &str = "read_skill_file";
+pub const SEARCH_SKILLS: &str = "search_skills";
 
 /// Subfolders a scan never enters.
 const SKIP: &[&str] = &["node_modules", "target", "__pycache__"];

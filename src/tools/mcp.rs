@@ -245,7 +245,7 @@ struct Conn {
     /// Forwards the child's stderr to the log.
     _stderr: Option<AbortOnDrop>,
     /// A stdio server's process group, killed when the connection goes.
-    group: crate::skills::script::Group,
+    group: super::skill_scripts::Group,
 }
 
 impl Conn {
@@ -334,7 +334,7 @@ impl Server {
 
     async fn start(&self) -> Result<(Conn, Vec<rmcp::model::Tool>), String> {
         let handler = Handler { server: self.name.clone(), shared: self.shared.clone() };
-        let mut group = crate::skills::script::Group(None);
+        let mut group = super::skill_scripts::Group(None);
         let (service, stderr) = if let Some(cmd) = &self.config.command {
             let mut c = tokio::process::Command::new(cmd);
             c.args(&self.config.args).env_clear().envs(inherited_env()).envs(&self.config.env);
@@ -348,7 +348,7 @@ impl Server {
                 .stderr(Stdio::piped())
                 .spawn()
                 .map_err(|e| format!("cannot start `{cmd}`: {e}"))?;
-            group = crate::skills::script::Group(transport.id());
+            group = super::skill_scripts::Group(transport.id());
             let stderr = err.map(|e| {
                 let name = self.name.clone();
                 AbortOnDrop(tokio::spawn(async move {

@@ -17,6 +17,8 @@ pub mod dispatch;
 pub mod mcp;
 mod mcp_session;
 pub mod skill;
+pub mod skill_readers;
+pub mod skill_scripts;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -424,7 +426,7 @@ impl Registry {
     /// names in `allowed-tools` without `[tools]` enabling them; then the
     /// locks that keep a skill's tools back until it is read.
     fn add_skills(&self, c: &mut Catalog, skills: &Arc<Skills>, set: Arc<SkillSet>) {
-        use crate::skills::{script, tools as st};
+        use self::{skill_readers as st, skill_scripts as script};
         if set.is_empty() {
             return;
         }

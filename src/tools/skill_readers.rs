@@ -1,7 +1,7 @@
 //! The tools that disclose skills to the model: `read_skill` (tier two: the
 //! SKILL.md body and the list of the skill's files) and `read_skill_file`
 //! (tier three: one supporting file, confined to the skill's folder). Both
-//! look the skill up in the current [`super::SkillSet`] once per call, so a
+//! look the skill up in the current [`SkillSet`] once per call, so a
 //! call served during a reload sees one version whole.
 
 use std::path::{Component, Path};
@@ -10,12 +10,10 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use serde_json::{Value, json};
 
-use super::{Skill, SkillSet, Skills};
+use crate::skills::{ReadError, Skill, SkillSet, Skills, read_capped};
 use crate::tools::{Tool, ToolError, ToolOutput, ToolSpec};
 
-pub const READ_SKILL: &str = "read_skill";
-pub const READ_SKILL_FILE: &str = "read_skill_file";
-pub const SEARCH_SKILLS: &str = "search_skills";
+pub use crate::skills::{READ_SKILL, READ_SKILL_FILE, SEARCH_SKILLS};
 /// Skills one search returns at most.
 const SEARCH_RESULTS: usize = 10;
 
@@ -219,14 +217,14 @@ pub async fn read_inside(skill: &Skill, rel: &str, max: u64) -> Result<String, S
     if !real.starts_with(&skill.dir) {
         return Err(format!("`path` must stay inside the skill's folder ({rel:?} leads outside)"));
     }
-    let read = tokio::task::spawn_blocking(move || super::read_capped(&real, max)).await;
+    let read = tokio::task::spawn_blocking(move || read_capped(&real, max)).await;
     let bytes = match read {
         Ok(Ok(b)) => b,
-        Ok(Err(super::ReadError::NotAFile)) => return Err(format!("{rel:?} is not a file")),
-        Ok(Err(super::ReadError::TooLarge)) => {
+        Ok(Err(ReadError::NotAFile)) => return Err(format!("{rel:?} is not a file")),
+        Ok(Err(ReadError::TooLarge)) => {
             return Err(format!("{rel:?} is larger than {max} bytes; larger files are not read"));
         }
-        Ok(Err(super::ReadError::Io(e))) => return Err(format!("cannot read {rel:?}: {e}")),
+        Ok(Err(ReadError::Io(e))) => return Err(format!("cannot read {rel:?}: {e}")),
         Err(e) => return Err(format!("cannot read {rel:?}: {e}")),
     };
     String::from_utf8(bytes).map_err(|_| format!("{rel:?} is not a UTF-8 text file"))
