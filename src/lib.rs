@@ -1,18 +1,17 @@
 //! modelshim: an OpenAI-compatible proxy that makes other vendors' models
 //! behave like OpenAI's for the official SDKs. See ARCHITECTURE.md for the map.
 
-pub mod agent;
 pub mod cli;
 pub mod config;
+pub mod core;
 pub mod error;
 pub mod fixture;
+pub mod fronts;
 pub mod idle;
 pub mod metrics;
 pub mod openai;
 pub mod provider;
-pub mod reasoning;
 pub mod redact;
-pub mod responses;
 pub mod server;
 pub mod skills;
 pub mod state;

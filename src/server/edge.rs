@@ -10,7 +10,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
@@ -29,6 +29,8 @@ use tracing::Instrument;
 use super::Shared;
 use super::auth::{Auth, AuthError};
 use super::limits::{LimitsConfig, Peek, PeekError};
+use crate::core::context::CTX;
+pub use crate::core::context::{RequestCtx, Served, current};
 use crate::error::ErrorObject;
 
 /// Edge settings and shutdown handles, built once.
@@ -50,60 +52,6 @@ impl Edge {
         let peers = super::shutdown::Peers::new(limits.max_connections_per_ip);
         Edge { auth, limits, global, cut: CancellationToken::new(), tracker: TaskTracker::new(), peers }
     }
-}
-
-/// What the edge knows about the request being served.
-#[derive(Debug)]
-pub struct RequestCtx {
-    pub id: String,
-    pub start: Instant,
-    /// The `model` the client asked for, when the body names one.
-    pub model: Option<String>,
-    /// The name of the proxy key that authenticated the request (none when
-    /// auth is off).
-    pub key: Option<String>,
-    /// Provider and upstream model that served it (the last tried).
-    served: Mutex<Option<Served>>,
-}
-
-/// Who served a request.
-#[derive(Debug, Clone)]
-pub struct Served {
-    pub provider: String,
-    /// The upstream model name (in the access log).
-    pub model: String,
-    /// Whether the config knows the model: else its metrics label is
-    /// `other` ([`crate::provider::Provider::metric_model`]).
-    pub known: bool,
-}
-
-impl Served {
-    /// The model's metrics label.
-    pub fn label(&self) -> &str {
-        if self.known { &self.model } else { crate::metrics::OTHER_MODEL }
-    }
-}
-
-impl RequestCtx {
-    pub fn set_served(&self, provider: &crate::provider::Provider, model: &str) {
-        if let Ok(mut p) = self.served.lock() {
-            let known = provider.knows_model(model);
-            *p = Some(Served { provider: provider.name.clone(), model: model.to_string(), known });
-        }
-    }
-
-    pub fn served(&self) -> Option<Served> {
-        self.served.lock().ok().and_then(|p| p.clone())
-    }
-}
-
-tokio::task_local! {
-    static CTX: Arc<RequestCtx>;
-}
-
-/// The context of the request this task is serving, if any.
-pub fn current() -> Option<Arc<RequestCtx>> {
-    CTX.try_with(Arc::clone).ok()
 }
 
 const REQUEST_ID: &str = "x-request-id";
@@ -341,7 +289,7 @@ where
         Request::from_parts(parts, body)
     };
     let key_name = key.as_ref().map(|k| k.name.clone());
-    let ctx = Arc::new(RequestCtx { id, start, model, key: key_name, served: Mutex::new(None) });
+    let ctx = Arc::new(RequestCtx::new(id, start, model, key_name));
     let mut done = Done {
         ctx: ctx.clone(),
         key: key.map(|k| k.name.clone()),

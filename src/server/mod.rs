@@ -2,23 +2,18 @@
 //! what `modelshim serve` runs.
 
 pub mod auth;
-pub(crate) mod chat;
-mod dispatch;
 pub mod edge;
 mod error;
 pub mod limits;
 pub mod models;
 mod passthrough;
 pub mod replay;
-mod responses;
 pub mod shutdown;
-pub(crate) mod sse;
 
 use std::convert::Infallible;
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, State};
@@ -27,22 +22,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 
 use crate::config::{Config, ConfigError};
+use crate::core::Core;
+use crate::fronts::{chat, responses};
 use crate::provider::record::Recorder;
 use crate::provider::upstream::Upstream;
 use crate::provider::{Profile, Providers};
 use crate::state::{MemoryStore, StateStore};
 
-/// Everything a request handler needs, built once at startup.
+/// Everything a request handler needs, built once at startup: the core
+/// (what every request's way through the proxy needs) and the edge's own.
 pub struct AppState {
-    pub providers: Providers,
-    pub upstream: Upstream,
-    /// Conversation state (reasoning to replay, hidden tool exchanges).
-    pub store: Arc<dyn StateStore>,
-    /// How long conversation state is kept.
-    pub state_ttl: Duration,
-    /// Server-side tools and skills; `None` (or nothing active) keeps every
-    /// request on the plain path.
-    pub tools: Option<Arc<crate::tools::Registry>>,
+    pub core: Arc<Core>,
     /// Auth, limits and shutdown handles of the edge middleware.
     pub edge: edge::Edge,
     /// Every provider key and proxy key of this state (also added to the
@@ -51,6 +41,14 @@ pub struct AppState {
     /// The upstreams' own model lists, for providers that name no models.
     pub discovery: models::Discovery,
     ready: AtomicBool,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Core;
+
+    fn deref(&self) -> &Core {
+        &self.core
+    }
 }
 
 pub type Shared = Arc<AppState>;
@@ -99,12 +97,10 @@ impl AppState {
         let tools = crate::tools::Registry::new(config.tools.as_ref(), config.mcp.as_ref(), skills)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let discovery = models::Discovery::new(&providers);
+        let core =
+            Core { providers, upstream, store, state_ttl: config.state.ttl(), tools, limits: config.limits.clone() };
         Ok(Arc::new(AppState {
-            providers,
-            upstream,
-            store,
-            state_ttl: config.state.ttl(),
-            tools,
+            core: Arc::new(core),
             edge: edge::Edge::new(auth, config.limits.clone()),
             redactor,
             discovery,
@@ -165,7 +161,7 @@ impl App {
     /// The hot route through the edge to its handler, past the router.
     fn hot(&self, req: axum::extract::Request) -> HotFuture {
         let s = self.state.clone();
-        Box::pin(async move { Ok(edge::around(s.clone(), req, |req| chat::direct(s, req)).await) })
+        Box::pin(async move { Ok(edge::around(s.clone(), req, |req| chat::direct(s.core.clone(), req)).await) })
     }
 }
 
@@ -214,11 +210,15 @@ fn router(state: Shared) -> Router {
     // The edge reads the body within its own limit and answers 413 in
     // OpenAI's shape; the extractor's limit is raised to match.
     let body_limit = DefaultBodyLimit::max(state.edge.limits.max_body_bytes);
-    Router::new()
+    // The fronts know the core only.
+    let fronts = Router::new()
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/responses", post(responses::create))
         .route("/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
         .route("/v1/responses/{id}/input_items", get(responses::input_items))
+        .with_state(state.core.clone());
+    Router::new()
+        .merge(fronts)
         .route("/v1/models", get(models::list))
         // Ids contain `/` (`deepseek/deepseek-chat`): the rest of the path.
         .route("/v1/models/{*id}", get(models::retrieve))

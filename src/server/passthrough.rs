@@ -6,7 +6,7 @@ use axum::extract::State;
 use serde_json::Value;
 
 use super::Shared;
-use super::chat::route_for;
+use crate::core::route_for;
 use crate::error::ApiError;
 use crate::provider::UpstreamError;
 use crate::provider::upstream::Reply;

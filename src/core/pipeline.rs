@@ -1,33 +1,28 @@
-//! `POST /v1/chat/completions`: parse, route, normalize the request, call the
-//! upstream, normalize the answer, and return it as one JSON body or as SSE.
-//! Streamed and non-streamed answers share the normalizer (see
-//! [`crate::stream`]), so their outcome is the same. [`answer`] is that path
-//! from a parsed request to normalized chunks, for the other front ends
-//! (`/v1/responses`).
+//! The plain path (no server-side tools) of one chat request: dispatched,
+//! the answer normalized (streamed and non-streamed answers share the
+//! normalizer, see [`crate::stream`], so their outcome is the same), and
+//! the reasoning of tool-call turns remembered. [`answer`] is every path
+//! from a parsed request to normalized chunks, for the fronts that hold
+//! the answer (`/v1/responses`).
 
 use std::sync::Arc;
 
-use axum::Json;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
 use futures_util::stream::BoxStream;
 use futures_util::{Stream, StreamExt};
 use serde_json::Value;
 
-use super::Shared;
+use super::Core;
 use crate::error::ApiError;
 use crate::openai::{ChatRequest, Chunk, Completion};
 use crate::provider::upstream::{Events, JsonBody, Reply};
 use crate::provider::{Route, UpstreamError};
 use crate::state::StateStore;
 use crate::state::conversation::Chain;
-use crate::stream::{Assembler, Normalizer, completion_to_chunk, normalize::Settings};
+use crate::stream::{Normalizer, completion_to_chunk, normalize::Settings};
 use crate::toolcall::ToolIndex;
 
 /// Routes a client model name, or explains which names would work.
-pub(super) fn route_for(s: &Shared, model: &str) -> Result<Route, ApiError> {
+pub fn route_for(s: &Core, model: &str) -> Result<Route, ApiError> {
     s.providers.route(model).ok_or_else(|| {
         let names: Vec<&str> = s.providers.iter().map(|p| p.name.as_str()).collect();
         ApiError::ModelNotFound(format!(
@@ -37,59 +32,20 @@ pub(super) fn route_for(s: &Shared, model: &str) -> Result<Route, ApiError> {
     })
 }
 
-pub async fn completions(State(s): State<Shared>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
-    let req = parse(&body)?;
-    if let Some(tools) = s.tools.clone().filter(|t| t.active()) {
-        let route = route_for(&s, &req.model)?;
-        return crate::agent::run(s, tools, route, req, &headers).await;
-    }
-    let client_stream = req.is_stream();
-    let started = start(&s, req, !client_stream).await?;
-    if client_stream {
-        return Ok(match started {
-            // The stream's own path, so plain content deltas can be forwarded as they came.
-            // Nothing of it is held, so no cap on its size.
-            Started::Stream { events, first, norm, conversation } => {
-                sse(outs(events, first, norm, memo(&s, conversation), usize::MAX))
-            }
-            whole => sse(whole.chunks(&s)),
-        });
-    }
-    if let Started::AsIs(body) = started {
-        return Ok(([(axum::http::header::CONTENT_TYPE, "application/json")], body.into_bytes()).into_response());
-    }
-    let mut all = Vec::new();
-    let mut chunks = started.chunks(&s);
-    while let Some(c) = chunks.next().await {
-        all.push(c?);
-    }
-    Ok(Json(assemble(all)).into_response())
-}
-
-/// [`completions`] as [`super::App`] calls it, past the router: the edge has
-/// read the body already, so this takes its bytes back out.
-pub(crate) async fn direct(s: Shared, req: axum::extract::Request) -> Response {
-    let (parts, body) = req.into_parts();
-    match axum::body::to_bytes(body, usize::MAX).await {
-        Ok(body) => completions(State(s), parts.headers, body).await.into_response(),
-        Err(e) => ApiError::invalid(format!("Cannot read the body: {e}")).into_response(),
-    }
-}
-
 /// The normalized answer to a parsed chat request as a stream of chunks,
 /// through the agent loop when server-side tools are configured, else the
 /// plain path. The front ends that translate another API (`/v1/responses`)
 /// call this, so every request takes the same way to the upstream and back.
 /// It returns once the upstream's first answer is in hand, so an upstream
 /// that fails at once is an `Err` (a proper HTTP status), not a stream.
-pub(crate) async fn answer(
-    s: &Shared,
+pub async fn answer(
+    s: &Arc<Core>,
     req: ChatRequest,
 ) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, ApiError> {
     match s.tools.clone() {
         Some(tools) => {
             let route = route_for(s, &req.model)?;
-            crate::agent::chunks(s.clone(), tools, route, req).await
+            super::agent::chunks(s.clone(), tools, route, req).await
         }
         None => Ok(start(s, req, false).await?.chunks(s)),
     }
@@ -98,7 +54,7 @@ pub(crate) async fn answer(
 /// The plain path (no server-side tools) up to the answer: dispatched, and
 /// the answer in hand (a whole one normalized, a stream's first chunk read).
 #[allow(clippy::large_enum_variant)] // made and moved once per request
-enum Started {
+pub enum Started {
     Whole(Vec<Chunk>),
     /// A whole answer the normalizer would not change, to be sent on as the
     /// upstream wrote it (made only when asked for; see
@@ -115,7 +71,7 @@ enum Started {
 
 impl Started {
     /// The normalized chunks of the answer.
-    fn chunks(self, s: &Shared) -> BoxStream<'static, Result<Chunk, UpstreamError>> {
+    pub fn chunks(self, s: &Core) -> BoxStream<'static, Result<Chunk, UpstreamError>> {
         match self {
             Started::Whole(chunks) => futures_util::stream::iter(chunks.into_iter().map(Ok)).boxed(),
             // (`answer` does not ask for it.) The answer as one chunk: it
@@ -125,7 +81,7 @@ impl Started {
                 futures_util::stream::once(async move { chunk }).boxed()
             }
             Started::Stream { events, first, norm, conversation } => {
-                normalized(events, first, norm, memo(s, conversation), s.edge.limits.max_answer_bytes).boxed()
+                normalized(events, first, norm, memo(s, conversation), s.limits.max_answer_bytes).boxed()
             }
         }
     }
@@ -133,7 +89,7 @@ impl Started {
 
 /// With `as_is`, a whole answer the normalizer would not change is kept as
 /// the upstream's bytes ([`Started::AsIs`]).
-async fn start(s: &Shared, req: ChatRequest, as_is: bool) -> Result<Started, ApiError> {
+pub async fn start(s: &Core, req: ChatRequest, as_is: bool) -> Result<Started, ApiError> {
     let client_stream = req.is_stream();
     let client_tools = req.tools.clone().unwrap_or_default();
     let declares_tools = req.declares_tools();
@@ -176,7 +132,7 @@ async fn start(s: &Shared, req: ChatRequest, as_is: bool) -> Result<Started, Api
             norm.push(completion_to_chunk(completion), &mut chunks);
             norm.finish(&mut chunks);
             if let Some(c) = &conversation {
-                crate::reasoning::remember(s.store.as_ref(), s.state_ttl, c, &norm.captures()).await;
+                super::reasoning::remember(s.store.as_ref(), s.state_ttl, c, &norm.captures()).await;
             }
             Ok(Started::Whole(chunks))
         }
@@ -199,7 +155,7 @@ async fn start(s: &Shared, req: ChatRequest, as_is: bool) -> Result<Started, Api
 /// The client's tools, plus each renamed tool under its upstream name so a
 /// call the model writes in text with that name is recognized (and mapped
 /// back by the normalizer).
-pub(crate) fn tool_index(tools: &[Value], names_back: &std::collections::BTreeMap<String, String>) -> ToolIndex {
+pub fn tool_index(tools: &[Value], names_back: &std::collections::BTreeMap<String, String>) -> ToolIndex {
     let client = ToolIndex::from_openai(tools);
     let mut all: Vec<(String, Value)> =
         client.names().map(|n| (n.to_string(), client.schema(n).cloned().unwrap_or(Value::Null))).collect();
@@ -207,51 +163,6 @@ pub(crate) fn tool_index(tools: &[Value], names_back: &std::collections::BTreeMa
         all.push((up.clone(), client.schema(name).cloned().unwrap_or(Value::Null)));
     }
     ToolIndex::new(all)
-}
-
-/// Parses the body with OpenAI-style 400s for every kind of bad input.
-fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
-    // The common case straight into the struct; anything it refuses takes the
-    // slow path below, which names what is wrong.
-    if let Ok(req) = serde_json::from_slice::<ChatRequest>(body)
-        && !req.model.is_empty()
-        && !req.messages.is_empty()
-    {
-        return Ok(req);
-    }
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| ApiError::invalid(format!("The request body is not valid JSON: {e}")))?;
-    if !v.is_object() {
-        return Err(ApiError::invalid("The request body must be a JSON object."));
-    }
-    match v.get("model") {
-        Some(Value::String(m)) if !m.is_empty() => {}
-        Some(_) => {
-            return Err(ApiError::invalid_param("model", "`model` must be a non-empty string."));
-        }
-        None => {
-            return Err(ApiError::invalid_param("model", "Missing required parameter: 'model'."));
-        }
-    }
-    match v.get("messages") {
-        Some(Value::Array(m)) if !m.is_empty() => {}
-        Some(Value::Array(_)) => {
-            return Err(ApiError::invalid_param("messages", "`messages` must not be empty."));
-        }
-        Some(_) => {
-            return Err(ApiError::invalid_param("messages", "`messages` must be an array."));
-        }
-        None => {
-            return Err(ApiError::invalid_param("messages", "Missing required parameter: 'messages'."));
-        }
-    }
-    if v.get("stream").is_some_and(|s| !s.is_boolean() && !s.is_null()) {
-        return Err(ApiError::invalid_param("stream", "`stream` must be a boolean."));
-    }
-    if v.get("tools").is_some_and(|t| !t.is_array() && !t.is_null()) {
-        return Err(ApiError::invalid_param("tools", "`tools` must be an array."));
-    }
-    serde_json::from_value(v).map_err(|e| ApiError::invalid(format!("Invalid request: {e}")))
 }
 
 /// An upstream `data` payload as a chunk; an `{"error": …}` payload is the
@@ -281,7 +192,7 @@ fn parse_chunk(data: &str) -> Result<Chunk, UpstreamError> {
 
 /// What the normalizer made of one upstream event.
 #[allow(clippy::large_enum_variant)] // a box per chunk would cost more than the move
-pub(crate) enum Out {
+pub enum Out {
     Chunk(Chunk),
     /// A payload sent on as it came, or with its text's whitespace moved
     /// (see [`Normalizer::forward`]): a normalized chunk already, written
@@ -293,25 +204,25 @@ pub(crate) enum Out {
 /// fast as the client takes chunks (backpressure), and dropping the stream
 /// (client gone) drops the upstream connection.
 /// `max` caps the payload bytes read, for a reader that holds the answer.
-fn outs(events: Events, first: Option<Out>, norm: Normalizer, memo: Option<Memo>, max: usize) -> Outs {
+pub fn outs(events: Events, first: Option<Out>, norm: Normalizer, memo: Option<Memo>, max: usize) -> Outs {
     Outs::new(events, first, norm, memo, max)
 }
 
 /// Where and under which conversation a stream's reasoning is remembered.
-pub(crate) struct Memo {
+pub struct Memo {
     store: Arc<dyn StateStore>,
     ttl: std::time::Duration,
     conversation: Chain,
 }
 
-fn memo(s: &Shared, conversation: Option<Chain>) -> Option<Memo> {
+pub fn memo(s: &Core, conversation: Option<Chain>) -> Option<Memo> {
     conversation.map(|conversation| Memo { store: s.store.clone(), ttl: s.state_ttl, conversation })
 }
 
 /// The stream [`outs`] makes. A plain stream rather than a generator, which
 /// kept a slot for a chunk in flight at each of its yields: 1.2 KiB in every
 /// open stream, where this is 0.4.
-struct Outs {
+pub struct Outs {
     events: Events,
     norm: Normalizer,
     /// Chunks made and not yet taken, the next one last; more are made
@@ -419,7 +330,7 @@ impl Outs {
         self.state = match self.memo.take() {
             Some(Memo { store, ttl, conversation }) if !captures.is_empty() => {
                 OutsState::Remembering(Box::pin(async move {
-                    crate::reasoning::remember(store.as_ref(), ttl, &conversation, &captures).await;
+                    super::reasoning::remember(store.as_ref(), ttl, &conversation, &captures).await;
                 }))
             }
             _ => OutsState::Ended,
@@ -428,7 +339,7 @@ impl Outs {
 }
 
 /// An answer over `[limits] max_answer_bytes`.
-pub(crate) fn too_large(max: usize) -> UpstreamError {
+pub fn too_large(max: usize) -> UpstreamError {
     UpstreamError::Protocol(format!(
         "The upstream's answer is larger than the limit of {max} bytes ([limits] max_answer_bytes)."
     ))
@@ -445,7 +356,7 @@ fn read(norm: &mut Normalizer, data: String) -> Result<Out, UpstreamError> {
 
 /// Normalized chunks of an upstream stream (see [`outs`]), for readers that
 /// hold them: at most `max_answer_bytes` of payloads.
-pub(crate) fn normalized(
+pub fn normalized(
     events: Events,
     first: Option<Out>,
     norm: Normalizer,
@@ -457,62 +368,6 @@ pub(crate) fn normalized(
         // Forwarded, so the payload is its own normalized chunk.
         Out::Same(data) => parse_chunk(&data),
     })
-}
-
-fn assemble(chunks: Vec<Chunk>) -> Value {
-    let mut a = Assembler::default();
-    for c in chunks {
-        a.push(c);
-    }
-    a.finish()
-}
-
-/// SSE out (see [`super::sse`]).
-fn sse<C: Into<Out> + Send + 'static>(
-    chunks: impl Stream<Item = Result<C, UpstreamError>> + Send + 'static,
-) -> Response {
-    super::sse::response(SseEvents { chunks: Box::pin(chunks), ended: false })
-}
-
-/// Normalized chunks as SSE events: `[DONE]` after the last, and after an
-/// error its in-band event and nothing more. A plain stream rather than a
-/// generator, whose slots for the chunk and the events in flight took room
-/// in every open stream.
-struct SseEvents<S> {
-    chunks: std::pin::Pin<Box<S>>,
-    ended: bool,
-}
-
-impl<C: Into<Out>, S: Stream<Item = Result<C, UpstreamError>>> Stream for SseEvents<S> {
-    type Item = super::sse::Event;
-
-    fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Self::Item>> {
-        use std::task::Poll;
-        if self.ended {
-            return Poll::Ready(None);
-        }
-        let ev = match std::task::ready!(self.chunks.as_mut().poll_next(cx)) {
-            Some(Ok(c)) => match c.into() {
-                Out::Same(data) => super::sse::Event::data(&data),
-                Out::Chunk(c) => super::sse::chunk(&c).unwrap_or_else(|ev| {
-                    self.ended = true;
-                    ev
-                }),
-            },
-            Some(Err(e)) => {
-                self.ended = true;
-                super::sse::upstream_error(&e)
-            }
-            None => {
-                self.ended = true;
-                super::sse::done()
-            }
-        };
-        Poll::Ready(Some(ev))
-    }
 }
 
 impl From<Chunk> for Out {

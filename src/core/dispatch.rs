@@ -9,8 +9,8 @@ use std::sync::Arc;
 use futures_util::StreamExt;
 use serde_json::Value;
 
-use super::Shared;
-use super::edge::{self, RequestCtx};
+use super::Core;
+use super::context::{self, RequestCtx};
 use crate::error::ApiError;
 use crate::openai::ChatRequest;
 use crate::provider::request::Plan;
@@ -29,12 +29,14 @@ pub struct Sent {
 }
 
 /// Sends the request along its route or fallback chain.
-pub async fn send(s: &Shared, req: ChatRequest) -> Result<Sent, ApiError> {
+pub async fn send(s: &Core, req: ChatRequest) -> Result<Sent, ApiError> {
     let routes = s.providers.routes(&req.model);
     let Some((last, before)) = routes.split_last() else {
-        return Err(super::chat::route_for(s, &req.model).err().unwrap_or(ApiError::ModelNotFound(req.model.clone())));
+        return Err(super::pipeline::route_for(s, &req.model)
+            .err()
+            .unwrap_or(ApiError::ModelNotFound(req.model.clone())));
     };
-    let ctx = edge::current();
+    let ctx = context::current();
     // Each target rewrites a copy of its own; the last one takes the client's
     // request (the common single route makes no copy).
     for (i, route) in before.iter().enumerate() {
@@ -53,7 +55,7 @@ pub async fn send(s: &Shared, req: ChatRequest) -> Result<Sent, ApiError> {
 /// One target of the chain: the request rewritten for its profile, sent
 /// with retries.
 async fn attempt(
-    s: &Shared,
+    s: &Core,
     ctx: Option<&Arc<RequestCtx>>,
     route: &Route,
     mut req: ChatRequest,
@@ -65,7 +67,7 @@ async fn attempt(
     // Before the rewrites: prompt mode turns tool-call turns into text.
     let owner = ctx.and_then(|c| c.key.as_deref());
     let conversation =
-        crate::reasoning::prepare_history(&mut req, &p.profile, &route.model, s.store.as_ref(), owner).await;
+        super::reasoning::prepare_history(&mut req, &p.profile, &route.model, s.store.as_ref(), owner).await;
     let plan = request::normalize(&mut req, &p.profile, &route.model, p.prompt_for(&route.model));
     // Boxed, so the request's future splits into two allocations of under
     // 5 KiB rather than one of 7.7: in the allocator's 8 KiB size class, a

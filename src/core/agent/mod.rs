@@ -27,35 +27,31 @@
 //! to read.
 
 pub mod splice;
-mod trace;
+pub mod trace;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::Json;
-use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
 use futures_util::stream::BoxStream;
 use futures_util::{Stream, StreamExt};
 use serde_json::{Map, Value, json};
 
+use crate::core::Core;
 use crate::error::ApiError;
 use crate::openai::{ChatRequest, Chunk, ChunkChoice, Completion, Delta, FunctionDelta, Message, ToolCallDelta};
 use crate::provider::request::Plan;
 use crate::provider::upstream::Reply;
 use crate::provider::{Provider, ReasoningReplay, Route, UpstreamError, request};
-use crate::server::{Shared, sse};
 use crate::state::conversation::Chain;
 use crate::stream::normalize::Settings;
-use crate::stream::{Assembler, Normalizer, completion_to_chunk};
+use crate::stream::{Normalizer, completion_to_chunk};
 use crate::toolcall::ToolIndex;
 use crate::tools::dispatch::run_batch;
 use crate::tools::{CallOutcome, CallRequest, Catalog, Registry, Status, ToolOutput};
-pub use trace::TraceMode;
 
 /// What the loop produces for the client.
-enum Item {
+pub enum Item {
     /// The first upstream answer arrived: the response can start.
     Started,
     Chunk(Chunk),
@@ -78,7 +74,7 @@ impl Call {
 
 /// Everything one request's loop needs.
 struct Loop {
-    s: Shared,
+    s: Arc<Core>,
     provider: Arc<Provider>,
     model: String,
     /// How this model's vendor wants earlier reasoning replayed.
@@ -96,34 +92,21 @@ struct Loop {
     conversation: Option<Chain>,
     client_tools: Vec<Value>,
     client_names: HashSet<String>,
-    trace: TraceMode,
+    /// Trace entries are made (the client asked for them).
+    trace: bool,
     want_usage: bool,
     vision: bool,
-}
-
-/// Runs a chat request through the agent loop.
-pub async fn run(
-    s: Shared,
-    registry: Arc<Registry>,
-    route: Route,
-    req: ChatRequest,
-    headers: &HeaderMap,
-) -> Result<Response, ApiError> {
-    let trace = TraceMode::from_headers(headers);
-    let client_stream = req.is_stream();
-    let items = items(s, registry, route, req, trace).await?;
-    if client_stream { Ok(sse(items, trace)) } else { whole(items, trace).await }
 }
 
 /// The loop's answer as plain chunks (no trace), for front ends that
 /// translate it into another API (`/v1/responses`).
 pub async fn chunks(
-    s: Shared,
+    s: Arc<Core>,
     registry: Arc<Registry>,
     route: Route,
     req: ChatRequest,
 ) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, ApiError> {
-    let items = items(s, registry, route, req, TraceMode::Off).await?;
+    let items = items(s, registry, route, req, false).await?;
     Ok(items
         .filter_map(|it| {
             futures_util::future::ready(match it {
@@ -135,17 +118,18 @@ pub async fn chunks(
         .boxed())
 }
 
-/// Starts the loop; returns once the first upstream answer is in hand.
-async fn items(
-    s: Shared,
+/// Starts the loop (trace entries made with `trace`); returns once the
+/// first upstream answer is in hand.
+pub async fn items(
+    s: Arc<Core>,
     registry: Arc<Registry>,
     route: Route,
     mut req: ChatRequest,
-    trace: TraceMode,
+    trace: bool,
 ) -> Result<BoxStream<'static, Result<Item, UpstreamError>>, ApiError> {
     // The loop calls its provider directly (not through dispatch), so the
     // request's metrics labels are set here.
-    if let Some(c) = crate::server::edge::current() {
+    if let Some(c) = crate::core::context::current() {
         c.set_served(&route.provider, &route.model);
     }
     registry.ensure_started().await;
@@ -160,7 +144,7 @@ async fn items(
     // The loop drives one choice.
     req.extra.remove("n");
     // Read here: the loop's stream is polled outside the edge's task-local.
-    let owner = crate::server::edge::current().and_then(|c| c.key.clone());
+    let owner = crate::core::context::current().and_then(|c| c.key.clone());
     let owner = owner.as_deref();
     let client_chain = Chain::each(owner, &req.messages).last().copied().unwrap_or_else(|| Chain::new(owner));
     req.messages = splice::apply(s.store.as_ref(), owner, std::mem::take(&mut req.messages)).await;
@@ -169,9 +153,14 @@ async fn items(
     if let Some(section) = &catalog.skills_section {
         crate::skills::prompt::apply(&mut req.messages, section);
     }
-    let conversation =
-        crate::reasoning::prepare_history(&mut req, &route.provider.profile, &route.model, s.store.as_ref(), owner)
-            .await;
+    let conversation = crate::core::reasoning::prepare_history(
+        &mut req,
+        &route.provider.profile,
+        &route.model,
+        s.store.as_ref(),
+        owner,
+    )
+    .await;
     let vision = route.provider.profile.tools.vision;
     let lp = Loop {
         s,
@@ -231,7 +220,7 @@ impl Loop {
         let tools = if plan.names_back.is_empty() {
             offer.index.clone()
         } else {
-            Arc::new(crate::server::chat::tool_index(&offer.tools, &plan.names_back))
+            Arc::new(crate::core::pipeline::tool_index(&offer.tools, &plan.names_back))
         };
         Settings {
             formats: p.formats_for(&self.model, true, plan.prompt),
@@ -372,7 +361,7 @@ impl Loop {
                     .collect();
                 let cap = deadline.saturating_duration_since(Instant::now());
                 let outcomes = self.run_gated(requests, &offer.read, cap).await;
-                if self.trace.on() {
+                if self.trace {
                     for o in &outcomes {
                         yield Ok(Item::Trace(trace::entry(o, iteration, cfg.trace_result_chars)));
                     }
@@ -403,7 +392,7 @@ impl Loop {
             {
                 let mut answer = *conversation;
                 answer.push_assistant(&out.visible, &out.client_ids);
-                crate::reasoning::remember_turn(self.s.store.as_ref(), self.s.state_ttl, &answer, &final_reasoning).await;
+                crate::core::reasoning::remember_turn(self.s.store.as_ref(), self.s.state_ttl, &answer, &final_reasoning).await;
             }
         }
     }
@@ -542,7 +531,7 @@ impl Out {
     }
 
     /// Ends the loop early with a note the client can read.
-    fn stop(&mut self, why: &str, reason: &str, mode: TraceMode) -> Vec<Item> {
+    fn stop(&mut self, why: &str, reason: &str, trace: bool) -> Vec<Item> {
         let sep = if self.visible.is_empty() { "" } else { "\n\n" };
         let note = format!("{sep}[modelshim] Stopped: {why}.");
         self.visible.push_str(&note);
@@ -550,7 +539,7 @@ impl Out {
         let d = self.with_role(Delta { content: Some(note), ..Delta::default() });
         c.choices.push(ChunkChoice { index: 0, delta: d, finish_reason: None, extra: Map::new() });
         let mut items = vec![Item::Chunk(c)];
-        if mode.on() {
+        if trace {
             items.push(Item::Trace(json!({"type": "loop_stopped", "reason": reason, "message": why})));
         }
         items.extend(self.finish(&[], "length").into_iter().map(Item::Chunk));
@@ -597,7 +586,7 @@ fn assistant(turn: &Turn, replay: &ReasoningReplay, calls: &[Call]) -> Message {
     let content = if content.is_empty() && !calls.is_empty() { Value::Null } else { Value::String(content.clone()) };
     let mut m = Message { role: "assistant".into(), content, extra };
     if !calls.is_empty() {
-        crate::reasoning::attach(&mut m, &turn.reasoning, *replay);
+        crate::core::reasoning::attach(&mut m, &turn.reasoning, *replay);
     }
     m
 }
@@ -659,7 +648,7 @@ fn merge_sum(t: &mut Value, u: &Value) {
 
 /// One upstream call as a stream of normalized chunks.
 async fn upstream_chunks(
-    s: &Shared,
+    s: &Core,
     provider: &Provider,
     req: &ChatRequest,
     settings: Settings,
@@ -677,77 +666,9 @@ async fn upstream_chunks(
         }
         // The loop keeps the reasoning itself (splice or `remember_turn`).
         Reply::Events(events) => {
-            Ok(crate::server::chat::normalized(events, None, norm, None, s.edge.limits.max_answer_bytes).boxed())
+            Ok(crate::core::pipeline::normalized(events, None, norm, None, s.limits.max_answer_bytes).boxed())
         }
     }
-}
-
-/// A non-streamed answer: the chunks assembled, the trace attached when asked.
-async fn whole(
-    mut items: BoxStream<'static, Result<Item, UpstreamError>>,
-    mode: TraceMode,
-) -> Result<Response, ApiError> {
-    let mut a = Assembler::default();
-    let mut traces = Vec::new();
-    while let Some(it) = items.next().await {
-        match it? {
-            Item::Started => {}
-            Item::Chunk(c) => a.push(c),
-            Item::Trace(t) => traces.push(t),
-        }
-    }
-    let mut body = a.finish();
-    if mode.on()
-        && let Some(o) = body.as_object_mut()
-    {
-        o.insert("modelshim_trace".into(), Value::Array(traces));
-    }
-    Ok(Json(body).into_response())
-}
-
-/// SSE out, like the plain path, plus trace lines when asked.
-fn sse(items: BoxStream<'static, Result<Item, UpstreamError>>, mode: TraceMode) -> Response {
-    let events = async_stream::stream! {
-        let mut items = items;
-        // The answer's id, time and model, for the trace events' chunks.
-        let mut like: Option<Chunk> = None;
-        while let Some(it) = items.next().await {
-            match it {
-                Ok(Item::Started) => {}
-                Ok(Item::Chunk(c)) => {
-                    if like.is_none() && mode == TraceMode::Events {
-                        like = Some(Chunk {
-                            id: c.id.clone(),
-                            object: String::new(),
-                            created: c.created,
-                            model: c.model.clone(),
-                            choices: Vec::new(),
-                            usage: None,
-                            extra: Map::new(),
-                        });
-                    }
-                    match sse::chunk(&c) {
-                        Ok(ev) => yield ev,
-                        Err(ev) => {
-                            yield ev;
-                            return;
-                        }
-                    }
-                }
-                Ok(Item::Trace(t)) => {
-                    if let Some(ev) = mode.event(&t, like.as_ref()) {
-                        yield ev;
-                    }
-                }
-                Err(e) => {
-                    yield sse::upstream_error(&e);
-                    return;
-                }
-            }
-        }
-        yield sse::done();
-    };
-    sse::response(events)
 }
 
 #[cfg(test)]

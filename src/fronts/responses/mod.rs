@@ -1,12 +1,20 @@
-//! The Responses API front end: `POST /v1/responses`, `GET` and `DELETE
-//! /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`. The body is
-//! translated into a chat request ([`crate::responses::request`]) that is
-//! answered by the same code as `/v1/chat/completions`
-//! ([`super::chat::answer`]); the normalized chunks become the Responses
-//! event stream or one response object ([`crate::responses::events`]). See
-//! [`crate::responses`].
+//! The Responses API front end (`POST /v1/responses`,
+//! `GET /v1/responses/{id}`), translated onto chat completions rather than
+//! implemented twice: [`request`] turns the body (and the stored history of
+//! `previous_response_id`) into a `ChatRequest`, which takes exactly the
+//! path of `/v1/chat/completions` (routing, dispatch, the normalizer with
+//! tool-call recovery, the agent loop with server-side tools and skills, the
+//! reasoning round trip); [`events`] turns the normalized chunks into the
+//! Responses event stream or one response object; [`store`] keeps finished
+//! responses in the conversation-state store. Routes: `POST /v1/responses`,
+//! `GET` and `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`.
 
-use super::sse::Event;
+pub mod events;
+pub mod request;
+pub mod store;
+
+use std::sync::Arc;
+
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
@@ -15,21 +23,21 @@ use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use serde_json::{Value, json};
 
-use super::Shared;
+use super::sse::Event;
+use crate::core::Core;
 use crate::error::ApiError;
 use crate::openai::Chunk;
 use crate::provider::UpstreamError;
-use crate::responses::events::{Builder, new_id};
-use crate::responses::request::{self, Request};
-use crate::responses::store;
+use events::{Builder, new_id};
+use request::Request;
 
-pub async fn create(State(s): State<Shared>, body: Bytes) -> Result<Response, ApiError> {
+pub async fn create(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response, ApiError> {
     let mut req = request::parse(&body)?;
     let owner = store::owner();
-    if req.input.len() > s.edge.limits.max_messages {
+    if req.input.len() > s.limits.max_messages {
         return Err(ApiError::invalid_param(
             "input",
-            format!("Too many input items: {}, the limit is {}.", req.input.len(), s.edge.limits.max_messages),
+            format!("Too many input items: {}, the limit is {}.", req.input.len(), s.limits.max_messages),
         ));
     }
     store::resolve(&s, owner.as_deref(), &mut req.input).await?;
@@ -54,7 +62,7 @@ pub async fn create(State(s): State<Shared>, body: Bytes) -> Result<Response, Ap
     let chat = request::to_chat(&req, &history, &lookup)?;
     // The edge counts `messages` of chat bodies; here they exist only now,
     // with the stored history in them.
-    let max = s.edge.limits.max_messages;
+    let max = s.limits.max_messages;
     if chat.messages.len() > max {
         return Err(ApiError::invalid_param(
             "input",
@@ -63,7 +71,7 @@ pub async fn create(State(s): State<Shared>, body: Bytes) -> Result<Response, Ap
     }
     // Likewise the body limit: the stored turns make the upstream's body
     // larger than what the client sent.
-    let max = s.edge.limits.max_body_bytes;
+    let max = s.limits.max_body_bytes;
     if !history.is_empty() && json_len(&chat) > max {
         crate::metrics::refused("body_too_large");
         return Err(ApiError::TooLarge(format!(
@@ -76,7 +84,7 @@ pub async fn create(State(s): State<Shared>, body: Bytes) -> Result<Response, Ap
     let builder = Builder::new(skeleton(&req, &new_id("resp")));
     // Returns once the upstream answered: an upstream that fails at once
     // gets its HTTP status and OpenAI error body here.
-    let chunks = super::chat::answer(&s, chat).await?;
+    let chunks = crate::core::answer(&s, chat).await?;
     if req.stream {
         return Ok(stream(s, builder, chunks, items, new, req.store.then_some(owner)));
     }
@@ -113,14 +121,14 @@ fn json_len(v: &impl serde::Serialize) -> usize {
     }
 }
 
-pub async fn retrieve(State(s): State<Shared>, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn retrieve(State(s): State<Arc<Core>>, Path(id): Path<String>) -> Result<Response, ApiError> {
     match store::load(&s, store::owner().as_deref(), &id).await? {
         Some(stored) => Ok(Json(stored.response).into_response()),
         None => Err(not_found(&id)),
     }
 }
 
-pub async fn delete(State(s): State<Shared>, Path(id): Path<String>) -> Result<Response, ApiError> {
+pub async fn delete(State(s): State<Arc<Core>>, Path(id): Path<String>) -> Result<Response, ApiError> {
     if store::delete(&s, store::owner().as_deref(), &id).await? {
         Ok(Json(json!({"id": id, "object": "response", "deleted": true})).into_response())
     } else {
@@ -138,7 +146,7 @@ pub struct ListParams {
 }
 
 pub async fn input_items(
-    State(s): State<Shared>,
+    State(s): State<Arc<Core>>,
     Path(id): Path<String>,
     Query(q): Query<ListParams>,
 ) -> Result<Response, ApiError> {
@@ -176,7 +184,7 @@ fn not_found(id: &str) -> ApiError {
 
 /// The names of the configured server-side tools, looked up only when the
 /// request declares a hosted tool (they may serve it).
-async fn server_tool_names(s: &Shared, req: &Request) -> Vec<String> {
+async fn server_tool_names(s: &Core, req: &Request) -> Vec<String> {
     let hosted = req.body.get("tools").and_then(Value::as_array).is_some_and(|tools| {
         tools.iter().any(|t| t.get("type").and_then(Value::as_str).is_some_and(|k| k != "function"))
     });
@@ -186,7 +194,7 @@ async fn server_tool_names(s: &Shared, req: &Request) -> Vec<String> {
 }
 
 /// Stores the finished response with the conversation up to it.
-async fn save(s: &Shared, owner: Option<&str>, b: &Builder, mut items: Vec<Value>, new: usize) {
+async fn save(s: &Core, owner: Option<&str>, b: &Builder, mut items: Vec<Value>, new: usize) {
     let r = b.response();
     items.extend(r["output"].as_array().cloned().unwrap_or_default());
     store::save(s, owner, r, items, new).await;
@@ -236,7 +244,7 @@ fn event(e: &Value) -> Event {
 /// the response is stored before its last events go out, so a client that
 /// sends the next turn the moment it sees `response.completed` finds it.
 fn stream(
-    s: Shared,
+    s: Arc<Core>,
     mut b: Builder,
     chunks: BoxStream<'static, Result<Chunk, UpstreamError>>,
     items: Vec<Value>,

@@ -8,8 +8,8 @@
 
 use serde_json::{Value, json};
 
+use crate::core::Core;
 use crate::error::ApiError;
-use crate::server::Shared;
 use crate::state::ns;
 
 /// A stored response and its conversation.
@@ -23,14 +23,14 @@ pub struct Stored {
 /// Read it in the handler: a response body stream is polled outside the
 /// edge's task-local context.
 pub fn owner() -> Option<String> {
-    crate::server::edge::current().and_then(|c| c.key.clone())
+    crate::core::context::current().and_then(|c| c.key.clone())
 }
 
 /// Saves a finished response, owned by the request's proxy key (`owner`);
 /// `items[new..]` are this turn's (its input and output), indexed by item id.
 /// A store failure is logged: the answer is delivered anyway, only a later
 /// `previous_response_id` or `item_reference` will miss it.
-pub async fn save(s: &Shared, owner: Option<&str>, response: &Value, mut items: Vec<Value>, new: usize) {
+pub async fn save(s: &Core, owner: Option<&str>, response: &Value, mut items: Vec<Value>, new: usize) {
     let Some(id) = response["id"].as_str() else { return };
     // Every item gets an id once, so listings page stably. Only ids the
     // proxy made are indexed: a client's own id must not displace another's.
@@ -70,7 +70,7 @@ pub async fn save(s: &Shared, owner: Option<&str>, response: &Value, mut items: 
 
 /// Replaces every `item_reference` in `input` by the item it names, from
 /// this proxy key's stored responses; an unknown id is a 400 naming it.
-pub async fn resolve(s: &Shared, owner: Option<&str>, input: &mut [Value]) -> Result<(), ApiError> {
+pub async fn resolve(s: &Core, owner: Option<&str>, input: &mut [Value]) -> Result<(), ApiError> {
     for (i, it) in input.iter_mut().enumerate() {
         if it.get("type").and_then(Value::as_str) != Some("item_reference") {
             continue;
@@ -95,7 +95,7 @@ pub async fn resolve(s: &Shared, owner: Option<&str>, input: &mut [Value]) -> Re
 /// The stored response `id`; `Ok(None)` when there is none (never stored,
 /// `store: false`, expired, or made with another proxy key: keys do not
 /// see each other's conversations).
-pub async fn load(s: &Shared, owner: Option<&str>, id: &str) -> Result<Option<Stored>, ApiError> {
+pub async fn load(s: &Core, owner: Option<&str>, id: &str) -> Result<Option<Stored>, ApiError> {
     match s.store.get(ns::RESPONSES, id).await {
         Ok(Some(v)) if v.get("owner").and_then(Value::as_str) != owner => {
             tracing::warn!(id, "a stored response was asked for with another proxy key");
@@ -112,7 +112,7 @@ pub async fn load(s: &Shared, owner: Option<&str>, id: &str) -> Result<Option<St
 }
 
 /// Deletes a stored response; `false` when there was none for this key.
-pub async fn delete(s: &Shared, owner: Option<&str>, id: &str) -> Result<bool, ApiError> {
+pub async fn delete(s: &Core, owner: Option<&str>, id: &str) -> Result<bool, ApiError> {
     if load(s, owner, id).await?.is_none() {
         return Ok(false);
     }

@@ -1,0 +1,38 @@
+//! One request's whole way through the proxy, whatever API front it came
+//! in by: routing and the fallback chain ([`dispatch`]), request rewriting
+//! and the upstream call (`provider`), the reasoning round trip
+//! ([`reasoning`]), normalization of the answer (`stream`, in [`pipeline`]),
+//! and the agent loop with server-side tools and skills ([`agent`]). What
+//! comes out is normalized chat chunks (or the upstream's bytes where
+//! nothing needed changing) and trace entries: no HTTP type, no SSE; the
+//! fronts (`fronts/`) turn them into their wire format.
+
+pub mod agent;
+pub mod context;
+pub mod dispatch;
+pub mod pipeline;
+pub mod reasoning;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::provider::Providers;
+use crate::provider::upstream::Upstream;
+use crate::state::StateStore;
+
+pub use pipeline::{Out, Started, answer, route_for, start};
+
+/// What every request's way needs, built once at startup.
+pub struct Core {
+    pub providers: Providers,
+    pub upstream: Upstream,
+    /// Conversation state (reasoning to replay, hidden tool exchanges).
+    pub store: Arc<dyn StateStore>,
+    /// How long conversation state is kept.
+    pub state_ttl: Duration,
+    /// Server-side tools and skills; `None` (or nothing active) keeps every
+    /// request on the plain path.
+    pub tools: Option<Arc<crate::tools::Registry>>,
+    /// What one request may weigh and its answer hold (`[limits]`).
+    pub limits: crate::config::limits::LimitsConfig,
+}
