@@ -775,6 +775,8 @@ def render(res: dict) -> str:
              f"requests/s, p50 and p99 are the median of a target's rounds, CPU per request is over all its rounds, "
              f"TTFT percentiles over all its streams; LiteLLM is measured apart, once per lane\n")
 
+    if res.get("baseline"):
+        L += ab_table(res)
     L.append("## Throughput (requests/s at fixed concurrency)\n")
     L.append("| lane | direct | nginx proxy_pass | modelshim | LiteLLM | modelshim / nginx | modelshim / LiteLLM |")
     L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -884,6 +886,27 @@ def render(res: dict) -> str:
     return "\n".join(L) + "\n"
 
 
+def ab_table(res: dict) -> list[str]:
+    """modelshim against the baseline binary, lane by lane (both interleaved in the same rounds)."""
+    lr, b = res["load"], res["baseline"]
+    L = ["## A/B: modelshim vs baseline\n",
+         f"baseline: `{b['binary']}` ({b['version']}), interleaved with modelshim in every round of every lane.\n",
+         "| lane | req/s new / base (Δ) | c=1 p50 new / base µs | c=1 p99 new / base µs | CPU µs/req new / base (Δ) |",
+         "| --- | ---: | ---: | ---: | ---: |"]
+    for lane in LANES:
+        n, o = lr.get("modelshim", {}).get(lane), lr.get("baseline", {}).get(lane)
+        if not n or not o:
+            continue
+        d = lambda k: f"{(n[k] - o[k]) / o[k] * 100:+.1f}%" if n.get(k) and o.get(k) else "–"  # noqa: E731
+        L.append(f"| {lane} | {fmt(n.get('rps'))} / {fmt(o.get('rps'))} ({d('rps')}) | "
+                 f"{fmt(n.get('c1_p50_us'))} / {fmt(o.get('c1_p50_us'))} | {fmt(n.get('c1_p99_us'))} / {fmt(o.get('c1_p99_us'))} | "
+                 f"{fmt(n.get('cpu_us_per_req'), '', 1)} / {fmt(o.get('cpu_us_per_req'), '', 1)} ({d('cpu_us_per_req')}) |")
+    tt = res.get("ttft", {})
+    n, o = (tt.get("modelshim") or {}).get("ttft_p50_us"), (tt.get("baseline") or {}).get("ttft_p50_us")
+    L.append(f"\nTTFT p50: {fmt(n, ' µs')} new, {fmt(o, ' µs')} baseline.\n")
+    return L
+
+
 def targets(res: dict) -> list[tuple[str, str, bool | None]]:
     lr, out = res["load"], []
     ms, ng, d, ll = (lr.get(k, {}) for k in ("modelshim", "nginx", "direct", "litellm"))
@@ -936,6 +959,8 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="short runs (validation, not numbers)")
     ap.add_argument("--binary", default=str(ROOT / "target" / "release" / "modelshim"))
     ap.add_argument("--litellm", default="", help="path to the litellm executable; empty = skip LiteLLM")
+    ap.add_argument("--baseline", default="", help="another modelshim binary, run as target `baseline` "
+                    "interleaved with modelshim in every lane (an A/B in one run)")
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--duration", type=float, default=None)
@@ -973,11 +998,12 @@ def main() -> int:
         (work / d).mkdir(parents=True, exist_ok=True)
     write_fixtures(work)
 
-    ports = {k: free_port() for k in ("up", "paced", "slow", "nginx", "modelshim", "litellm")}
+    ports = {k: free_port() for k in ("up", "paced", "slow", "nginx", "modelshim", "litellm", "baseline")}
     (work / "nginx-upstream" / "nginx.conf").write_text(nginx_upstream_conf(work, ports["up"]))
     (work / "nginx-proxy" / "nginx.conf").write_text(
         nginx_proxy_conf(work, ports["nginx"], ports["up"], ports["paced"], ports["slow"]))
     (work / "modelshim.toml").write_text(modelshim_conf(ports["modelshim"], ports["up"], ports["paced"], ports["slow"]))
+    (work / "baseline.toml").write_text(modelshim_conf(ports["baseline"], ports["up"], ports["paced"], ports["slow"]))
     (work / "litellm.yaml").write_text(litellm_conf(ports["up"], ports["paced"], ports["slow"]))
 
     res: dict = {
@@ -987,6 +1013,7 @@ def main() -> int:
         "versions": {"nginx": version(["nginx", "-v"]).replace("nginx version: ", ""),
                      "wrk": version(["wrk", "-v"]).split(" [")[0]},
         "modelshim_version": version([a.binary, "--version"]),
+        "baseline": a.baseline and {"binary": a.baseline, "version": version([a.baseline, "--version"])},
         "load": {}, "ttft": {}, "memory": {}, "idle_rss_kib": {}, "startup": {}, "sanity_failures": [],
     }
     procs = Procs(work / "logs")
@@ -1025,6 +1052,13 @@ def main() -> int:
 
         targets_ = [Target("direct", ports["up"], up.pid, True), Target("nginx", ports["nginx"], ng.pid, True),
                     Target("modelshim", ports["modelshim"], ms.pid, False)]
+        if a.baseline:
+            bl = procs.start("baseline", [a.baseline, "serve", "--config", str(work / "baseline.toml")],
+                             env=dict(os.environ, RUST_LOG="warn"))
+            if wait_ready(ports["baseline"], "/healthz", 10, bl) is None:
+                raise RuntimeError(f"the baseline did not start (see {work}/logs/baseline.log)")
+            res["idle_rss_kib"]["baseline"] = rss_kib(bl.pid)
+            targets_.append(Target("baseline", ports["baseline"], bl.pid, False))
         if a.litellm:
             log("litellm: starting (slow)")
             env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_TELEMETRY="False",
