@@ -3,6 +3,7 @@
 
 pub mod direct;
 mod errors;
+mod messages;
 mod profile;
 pub mod prompt_tools;
 pub mod record;

@@ -16,8 +16,8 @@ use std::collections::HashMap;
 
 use serde_json::{Value, json};
 
+use super::messages::{append_system, text_of};
 use super::profile::PromptFormat;
-use super::request::{append_system, text_of};
 use crate::openai::{ChatRequest, Message};
 
 impl PromptFormat {

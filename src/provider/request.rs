@@ -4,6 +4,7 @@
 //! live in [`super::tools`] (native downgrades) and [`super::prompt_tools`]
 //! (prompt mode); this file decides which applies.
 
+use super::messages::{append_system, text_of};
 use serde_json::{Map, Value, json};
 
 use super::profile::{ConflictFallback, Profile, ThinkingConflict, ThinkingStyle};
@@ -172,17 +173,6 @@ fn flatten_text_parts(m: &mut Message) {
     m.content = Value::String(text);
 }
 
-/// The text of a message content (parts joined by newlines).
-pub(super) fn text_of(content: &Value) -> String {
-    match content {
-        Value::String(s) => s.clone(),
-        Value::Array(parts) => {
-            parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join("\n")
-        }
-        _ => String::new(),
-    }
-}
-
 /// All system messages become one, placed first.
 fn merge_system(messages: &mut Vec<Message>) {
     if messages.iter().filter(|m| m.role == "system").count() < 2 {
@@ -192,18 +182,6 @@ fn merge_system(messages: &mut Vec<Message>) {
     messages.retain(|m| m.role != "system");
     messages
         .insert(0, Message { role: "system".into(), content: Value::String(texts.join("\n\n")), extra: Map::new() });
-}
-
-/// Adds `text` to the system message (creating one first if needed).
-pub fn append_system(messages: &mut Vec<Message>, text: &str) {
-    if let Some(m) = messages.iter_mut().find(|m| m.role == "system") {
-        let mut t = text_of(&m.content);
-        t.push_str("\n\n");
-        t.push_str(text);
-        m.content = Value::String(t);
-    } else {
-        messages.insert(0, Message { role: "system".into(), content: Value::String(text.into()), extra: Map::new() });
-    }
 }
 
 /// `response_format: json_schema` becomes `json_object` plus the schema in

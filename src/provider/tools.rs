@@ -82,12 +82,12 @@ fn auto_only_choice(req: &mut ChatRequest) {
         }
         Some(Value::String(s)) if s == "required" => {
             req.extra.insert("tool_choice".into(), json!("auto"));
-            super::request::append_system(&mut req.messages, "You must call one of the provided tools in this reply.");
+            super::messages::append_system(&mut req.messages, "You must call one of the provided tools in this reply.");
         }
         Some(Value::Object(o)) => {
             let name = o.get("function").and_then(|f| f.get("name")).and_then(Value::as_str).unwrap_or("");
             req.extra.insert("tool_choice".into(), json!("auto"));
-            super::request::append_system(
+            super::messages::append_system(
                 &mut req.messages,
                 &format!("You must call the tool `{name}` in this reply."),
             );

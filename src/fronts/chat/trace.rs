@@ -16,10 +16,10 @@ use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use serde_json::{Map, Value, json};
 
-use crate::fronts::sse::{self, Event};
 use crate::core::Core;
 use crate::core::agent::{self, Item};
 use crate::error::ApiError;
+use crate::fronts::sse::{self, Event};
 use crate::openai::{ChatRequest, Chunk};
 use crate::provider::{Route, UpstreamError};
 use crate::stream::Assembler;
