@@ -118,10 +118,10 @@ fn init_logs(json: bool, telemetry: &crate::telemetry::TelemetryConfig) -> Resul
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     // Lines are written by a log thread through a buffer that is flushed
     // whenever the backlog is drained: one `write` per burst, not one per
-    // request line on a serving thread (bench/README.md, fourth run). When
-    // stderr cannot keep up and 8,192 lines are waiting, new lines are
-    // dropped rather than stalling requests. (The queue is allocated whole:
-    // the default 128k lines took 4 MiB of resident memory.)
+    // request line on a serving thread. When stderr cannot keep up and
+    // 8,192 lines are waiting, new lines are dropped rather than stalling
+    // requests. (The queue is allocated whole: the default of 128k lines
+    // would take megabytes of resident memory.)
     let (writer, lines) = tracing_appender::non_blocking::NonBlockingBuilder::default()
         .buffered_lines_limit(8192)
         .thread_name("modelshim-log")

@@ -1,12 +1,12 @@
 //! Silence timers: "nothing happened for this long", for the SSE keep-alive
-//! to the client (`server/sse.rs`) and the idle timeout of an upstream
+//! to the client (`fronts/sse.rs`) and the idle timeout of an upstream
 //! stream (`provider/sse_in.rs`).
 //!
 //! Activity only records the time; the one timer is moved when it fires
 //! early, never per event. Once polled it holds the task's waker, so it is
-//! polled again only near its deadline or for another waker: a `Sleep` poll
-//! on every wait between chunks was about a sixteenth of a re-emitted
-//! chunk's instructions (callgrind, bench/README.md tenth run).
+//! polled again only near its deadline or for another waker: polling a
+//! `Sleep` on every wait between chunks was a visible part of the cost of
+//! re-emitting a chunk.
 
 use std::pin::Pin;
 use std::task::{Context, Poll, Waker};

@@ -3,7 +3,7 @@
 use clap::Parser;
 
 /// mimalloc: the streaming path allocates small strings per chunk, which it
-/// serves from thread-local free lists (measured in benches/ and bench/).
+/// serves from thread-local free lists.
 #[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
@@ -35,7 +35,7 @@ fn main() -> std::process::ExitCode {
 
 /// Provider and proxy keys are in this process's environment and memory;
 /// skill scripts and stdio MCP servers run as the same user and must not
-/// read them (their own environment is scrubbed: `skills/script.rs`,
+/// read them (their own environment is scrubbed: `tools/skill_scripts.rs`,
 /// `tools/mcp.rs`). The kernel lets a process read another's
 /// `/proc/PID/environ` and `/proc/PID/mem` (and ptrace it) when it has the
 /// same uid and the target is dumpable, or when it holds CAP_SYS_PTRACE,
@@ -125,8 +125,8 @@ fn drop_capabilities(caps: &[u32]) -> Result<(), String> {
 
 /// mimalloc maps its memory in 2 MiB-aligned arenas; where transparent huge
 /// pages are `always` on (common), the kernel backs them with huge pages and
-/// a few small allocations cost megabytes. Measured with bench/: idle RSS
-/// 27.6 → 18.3 MiB, 71 → 49 KiB per open stream. The flag is process-wide
+/// a few small allocations cost megabytes, idle and in every open stream.
+/// The flag is process-wide
 /// and inherited by child processes (stdio MCP servers).
 fn no_huge_pages() {
     #[cfg(all(feature = "mimalloc", target_os = "linux"))]
@@ -138,10 +138,9 @@ fn no_huge_pages() {
 /// How long mimalloc keeps memory that fell free before it gives it back to
 /// the OS. Its default (v3) is a second: what a burst of requests used on the
 /// way to their answers (their futures, bodies, parsed JSON) then stays
-/// resident next to the streams they opened. 10 ms (mimalloc v2's default):
-/// 1,000 streams opened 200 at a time hold ~2 MiB less, for no CPU the
-/// harness can tell apart; 0 would save another MiB for ~17% more CPU per
-/// plain request (bench/README.md, twenty-second run). `MIMALLOC_PURGE_DELAY` in the
+/// resident next to the streams they opened. 10 ms (mimalloc v2's default)
+/// gives most of it back for no CPU one can measure; 0 gives a little more
+/// and costs CPU on every request. `MIMALLOC_PURGE_DELAY` in the
 /// environment still decides when set.
 #[cfg(feature = "mimalloc")]
 const PURGE_DELAY_MS: std::ffi::c_long = 10;

@@ -105,7 +105,7 @@ pub fn render() -> String {
 
 /// Handles of the series every request of a provider and model touches.
 /// Looking them up once saves building, hashing and comparing label sets for
-/// five series per request (about 3% of a proxied request's CPU, bench/).
+/// five series per request, a visible share of a proxied request's CPU.
 struct Series {
     ok: Counter,
     duration: Histogram,

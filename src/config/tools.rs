@@ -1,5 +1,5 @@
 //! The `[tools]` and `[mcp]` config sections (DESIGN.md keys plus the
-//! server-side tool settings documented in the README).
+//! server-side tool settings documented in docs/tools-and-mcp.md).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -69,11 +69,10 @@ async fn attempt(
     let conversation =
         super::reasoning::prepare_history(&mut req, &p.profile, &route.model, s.store.as_ref(), owner).await;
     let plan = request::normalize(&mut req, &p.profile, &route.model, p.prompt_for(&route.model));
-    // Boxed, so the request's future splits into two allocations of under
-    // 5 KiB rather than one of 7.7: in the allocator's 8 KiB size class, a
-    // request's future, freed dirty over both its pages, was reused as an
-    // open stream's connection buffer, of which one page is used (1.4 MiB
-    // more per 1,000 open streams; bench/README.md).
+    // Boxed, so the request's future splits into two allocations below the
+    // allocator's 8 KiB size class: a request's future there, freed dirty
+    // over both its pages, was reused as an open stream's connection buffer,
+    // of which one page is used, so every open stream held a page more.
     let reply = Box::pin(resilience::post(&s.upstream, p, "chat/completions", &req)).await?;
     let reply = measured(reply, ctx.cloned(), &p.name, p.metric_model(&route.model));
     Ok(Sent { route: route.clone(), plan, reply, conversation })

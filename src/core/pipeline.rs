@@ -220,8 +220,8 @@ pub fn memo(s: &Core, conversation: Option<Chain>) -> Option<Memo> {
 }
 
 /// The stream [`outs`] makes. A plain stream rather than a generator, which
-/// kept a slot for a chunk in flight at each of its yields: 1.2 KiB in every
-/// open stream, where this is 0.4.
+/// kept a slot for a chunk in flight at each of its yields, in every open
+/// stream.
 pub struct Outs {
     events: Events,
     norm: Normalizer,

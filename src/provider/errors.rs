@@ -26,7 +26,7 @@ pub enum UpstreamError {
     Protocol(String),
     /// A stream ended without `[DONE]`: an error unless every choice had
     /// finished (vendors that stop after their finish chunk), which only the
-    /// reader of the chunks knows (`server/chat.rs`).
+    /// reader of the chunks knows (`core/pipeline.rs`).
     Incomplete(String),
 }
 

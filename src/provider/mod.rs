@@ -176,8 +176,8 @@ impl Formats {
 }
 
 /// The format sets built while resolving, by their sorted format names: the
-/// providers share equal sets. Each set's Aho-Corasick automaton takes
-/// hundreds of KiB, and with one set per provider they were most of the
+/// providers share equal sets. Each set's Aho-Corasick automaton is large,
+/// and with one set per provider they were most of the
 /// idle process's memory (every bundled profile is a provider by default).
 #[derive(Default)]
 struct FormatSets(std::collections::HashMap<Vec<String>, Arc<FormatSet>>);

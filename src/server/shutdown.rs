@@ -57,8 +57,8 @@ pub async fn serve(
 /// The largest request head a connection reads (request line and headers):
 /// hyper's smallest allowed buffer limit. A larger head is answered 431. It
 /// also keeps each connection's read buffer at 8 KiB; hyper's default limit
-/// (~400 KiB) let the buffer double to 16 KiB on a request's first reads,
-/// held for the life of the connection (heaptrack, bench/README.md).
+/// let the buffer double on a request's first reads, and it stayed doubled
+/// for the life of the connection.
 pub const MAX_HEAD: usize = 8 * 1024;
 
 /// [`serve`] without the last word (serving threads share one).
@@ -272,8 +272,8 @@ enum Proto {
 /// Which protocol a new connection speaks, from its first bytes, peeked and
 /// left in the socket for hyper to read. This is what hyper-util's `auto`
 /// builder does, without its read-ahead wrapper on every later read and
-/// without a connection state sized for both protocols (~1.7 KiB per
-/// connection more). No HTTP/1 method starts with `PRI`, so three bytes
+/// without a connection state sized for both protocols (larger for every
+/// connection). No HTTP/1 method starts with `PRI`, so three bytes
 /// decide; a read error or an end is left for HTTP/1.1 to report.
 async fn sniff(tcp: &tokio::net::TcpStream) -> Proto {
     let mut buf = [0u8; 3];

@@ -1,5 +1,6 @@
-//! The transparent agent loop: when server-side tools are configured,
-//! `server/chat.rs` hands the request over to [`run`].
+//! The transparent agent loop: when server-side tools are configured, the
+//! fronts hand the request over, to [`items`] (chunks and trace entries,
+//! chat completions) or [`chunks`] (chunks only, the Responses API).
 //!
 //! Each iteration calls the upstream with the client's tools plus the
 //! server's, normalized exactly like the plain path (so calls recovered from

@@ -116,7 +116,7 @@ fn assemble(chunks: Vec<Chunk>) -> Value {
     a.finish()
 }
 
-/// SSE out (see [`crate::server::sse`]).
+/// SSE out (see [`super::sse`]).
 fn sse<C: Into<Out> + Send + 'static>(
     chunks: impl Stream<Item = Result<C, UpstreamError>> + Send + 'static,
 ) -> Response {
