@@ -42,7 +42,9 @@ pub async fn answer(
     s: &Arc<Core>,
     req: ChatRequest,
 ) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, ApiError> {
-    match s.tools.clone() {
+    // As on chat completions: a registry with nothing active right now (no
+    // tool configured, no skill loaded) keeps the plain path.
+    match s.tools.clone().filter(|t| t.active()) {
         Some(tools) => {
             let route = route_for(s, &req.model)?;
             super::agent::chunks(s.clone(), tools, route, req).await
