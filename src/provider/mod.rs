@@ -219,6 +219,9 @@ pub struct Providers {
     by_name: BTreeMap<String, Arc<Provider>>,
     /// Alias → targets, tried in order (fallback chain).
     aliases: BTreeMap<String, Vec<String>>,
+    /// The aliases that are globs (`claude-*haiku*`), the longest pattern
+    /// first: a name no alias names exactly takes the first that matches.
+    alias_globs: Vec<(globset::GlobMatcher, String)>,
     default: Option<String>,
 }
 
@@ -331,7 +334,13 @@ impl Providers {
         if let Some((a, _)) = aliases.iter().find(|(_, t)| t.is_empty()) {
             return Err(ConfigError::Invalid(format!("[models] {a:?} names no target")));
         }
-        Ok(Providers { by_name, aliases, default: config.default_provider.clone() })
+        let mut alias_globs = Vec::new();
+        for a in aliases.keys().filter(|a| a.contains(['*', '?', '['])) {
+            let g = globset::Glob::new(a).map_err(|e| ConfigError::Invalid(format!("[models] glob {a:?}: {e}")))?;
+            alias_globs.push((g.compile_matcher(), a.clone()));
+        }
+        alias_globs.sort_by_key(|(_, a)| std::cmp::Reverse(a.len()));
+        Ok(Providers { by_name, aliases, alias_globs, default: config.default_provider.clone() })
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Provider>> {
@@ -355,7 +364,8 @@ impl Providers {
     /// Every route of a model name in fallback order (one unless it is an
     /// alias with a chain); targets naming no provider are skipped.
     pub fn routes(&self, model: &str) -> Vec<Route> {
-        match self.aliases.get(model) {
+        let glob = || self.alias_globs.iter().find(|(g, _)| g.is_match(model)).and_then(|(_, a)| self.aliases.get(a));
+        match self.aliases.get(model).or_else(glob) {
             Some(targets) => targets.iter().filter_map(|t| self.route_target(t)).collect(),
             None => self.route_target(model).into_iter().collect(),
         }
@@ -398,4 +408,34 @@ pub fn profile_for<'a>(
 fn named(names: &[String], provider: &str) -> Result<FormatSet, ConfigError> {
     FormatSet::named(names)
         .map_err(|n| ConfigError::Invalid(format!("provider {provider}: unknown tool-call format {n:?}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aliases_may_be_globs_exact_names_first_then_the_longest_glob() {
+        let mut config = Config::default();
+        config.providers.insert(
+            "cheap".into(),
+            ProviderConfig { base_url: Some("http://127.0.0.1:1/v1".into()), ..Default::default() },
+        );
+        config.providers.insert(
+            "strong".into(),
+            ProviderConfig { base_url: Some("http://127.0.0.1:2/v1".into()), ..Default::default() },
+        );
+        config.models.insert("claude-*".into(), "strong/big".into());
+        config.models.insert("claude-*haiku*".into(), "cheap/small".into());
+        config.models.insert("claude-opus-4-1".into(), "cheap/exact".into());
+        let profiles = load_profiles(None).unwrap_or_default();
+        let p = Providers::resolve(&config, &profiles).unwrap_or_else(|e| panic!("{e}"));
+        let to = |m: &str| p.route(m).map(|r| format!("{}/{}", r.provider.name, r.model)).unwrap_or_default();
+        assert_eq!(to("claude-sonnet-4-5-20250929"), "strong/big");
+        assert_eq!(to("claude-haiku-4-5-20251001"), "cheap/small");
+        assert_eq!(to("claude-3-5-haiku-latest"), "cheap/small");
+        assert_eq!(to("claude-opus-4-1"), "cheap/exact");
+        assert_eq!(to("strong/other"), "strong/other");
+        assert_eq!(to("gpt-4o"), "");
+    }
 }

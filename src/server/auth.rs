@@ -120,6 +120,15 @@ impl Auth {
     /// compared, in constant time, whatever matches.
     pub fn authenticate(&self, header: Option<&[u8]>) -> Result<Arc<Key>, AuthError> {
         let token = header.and_then(bearer).ok_or(AuthError::Missing)?;
+        self.authenticate_token(token)
+    }
+
+    /// The key of a raw token (an `x-api-key` header), compared as above.
+    pub fn authenticate_token(&self, token: &[u8]) -> Result<Arc<Key>, AuthError> {
+        let token = token.trim_ascii();
+        if token.is_empty() {
+            return Err(AuthError::Missing);
+        }
         let digest: [u8; 32] = Sha256::digest(token).into();
         let mut found = subtle::Choice::from(0);
         let mut index = 0u32;

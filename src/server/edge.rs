@@ -171,12 +171,33 @@ where
         http.response.status_code = tracing::field::Empty,
     );
     crate::telemetry::adopt_parent(&span, req.headers());
+    let anthropic = path.starts_with("/v1/messages");
     let mut resp = serve(s, req, inner, id.clone()).instrument(span.clone()).await;
+    if anthropic && crate::fronts::messages::is_error(resp.status()) {
+        resp = anthropic_error(resp).await;
+    }
     span.record("http.response.status_code", resp.status().as_u16());
     if let Ok(v) = HeaderValue::from_str(&id) {
         resp.headers_mut().insert(REQUEST_ID, v);
     }
     resp
+}
+
+/// The edge's own refusals (auth, limits) on the Messages front's routes,
+/// written in OpenAI's shape, in Anthropic's, so the Anthropic SDKs raise
+/// the right exception; the front's own errors pass as they are.
+async fn anthropic_error(resp: Response) -> Response {
+    let (mut parts, body) = resp.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, 64 * 1024).await else {
+        return Response::from_parts(parts, Body::empty());
+    };
+    match crate::fronts::messages::from_openai(parts.status.as_u16(), &bytes) {
+        Some(v) => {
+            parts.headers.remove(header::CONTENT_LENGTH);
+            Response::from_parts(parts, Body::from(v.to_string()))
+        }
+        None => Response::from_parts(parts, Body::from(bytes)),
+    }
 }
 
 async fn serve<F, Fut>(s: Shared, req: Request, inner: F, id: String) -> Response
@@ -188,7 +209,15 @@ where
     let start = Instant::now();
     let mut permits = Vec::new();
     let key = if edge.auth.enabled() {
-        let key = match edge.auth.authenticate(req.headers().get(header::AUTHORIZATION).map(HeaderValue::as_bytes)) {
+        // `x-api-key` is how the Anthropic SDKs send a key (Claude Code too,
+        // with ANTHROPIC_API_KEY): the same proxy keys as a bearer token.
+        let h = req.headers();
+        let bearer = h.get(header::AUTHORIZATION).map(HeaderValue::as_bytes);
+        let found = match h.get("x-api-key").map(HeaderValue::as_bytes) {
+            Some(k) if bearer.is_none() => edge.auth.authenticate_token(k),
+            _ => edge.auth.authenticate(bearer),
+        };
+        let key = match found {
             Ok(k) => k,
             Err(e) => return refuse_auth(&e),
         };

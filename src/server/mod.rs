@@ -23,7 +23,7 @@ use axum::routing::{get, post};
 
 use crate::config::{Config, ConfigError};
 use crate::core::Core;
-use crate::fronts::{chat, responses};
+use crate::fronts::{chat, messages, responses};
 use crate::provider::record::Recorder;
 use crate::provider::upstream::Upstream;
 use crate::provider::{Profile, Providers};
@@ -216,6 +216,8 @@ fn router(state: Shared) -> Router {
         .route("/v1/responses", post(responses::create))
         .route("/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
         .route("/v1/responses/{id}/input_items", get(responses::input_items))
+        .route("/v1/messages", post(messages::create))
+        .route("/v1/messages/count_tokens", post(messages::count_tokens))
         .with_state(state.core.clone());
     Router::new()
         .merge(fronts)

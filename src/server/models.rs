@@ -27,8 +27,14 @@ const RETRY_FAILED: Duration = Duration::from_secs(30);
 /// The shortest time a list is kept, whatever the config says.
 const SHORTEST_REFRESH: Duration = Duration::from_millis(100);
 
-pub async fn list(State(s): State<Shared>) -> Json<Value> {
-    Json(json!({"object": "list", "data": visible(&s).await}))
+/// The list; asked with `anthropic-version` (the Anthropic SDKs, Claude
+/// Code), in Anthropic's shape.
+pub async fn list(State(s): State<Shared>, headers: axum::http::HeaderMap) -> Json<Value> {
+    let data = visible(&s).await;
+    if headers.contains_key("anthropic-version") {
+        return Json(crate::fronts::messages::model_list(&data));
+    }
+    Json(json!({"object": "list", "data": data}))
 }
 
 /// One model of the list; an id the caller's key may not use is as unknown

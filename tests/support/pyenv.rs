@@ -1,5 +1,5 @@
 //! The pinned official OpenAI Python SDK (and, in a venv of its own, the
-//! OpenAI Agents SDK) under cargo's target tmp dir, installed on first use
+//! OpenAI Agents SDK, and the Anthropic SDK) under cargo's target tmp dir, installed on first use
 //! (shared by the SDK conformance tests).
 
 use std::path::{Path, PathBuf};
@@ -36,6 +36,17 @@ pub fn agents_env() -> PathBuf {
         "import importlib.metadata as m, sys; sys.exit(m.version('openai') != {PYTHON_OPENAI:?} or m.version('openai-agents') != {PYTHON_AGENTS:?})"
     );
     pinned_env("venv-agents", &[format!("openai=={PYTHON_OPENAI}"), format!("openai-agents=={PYTHON_AGENTS}")], &probe)
+}
+
+/// The official Anthropic Python SDK (tests/messages.rs), in a venv of its own.
+#[allow(dead_code)]
+pub const PYTHON_ANTHROPIC: &str = "2.15.0";
+
+/// A venv with the pinned `anthropic` package; returns its python.
+#[allow(dead_code)]
+pub fn anthropic_env() -> PathBuf {
+    let pins = [format!("anthropic=={PYTHON_ANTHROPIC}")];
+    pinned_env("venv-anthropic", &pins, &pins_probe(&pins))
 }
 
 /// The client libraries of tests/clients.rs that work with [`PYTHON_OPENAI`]
