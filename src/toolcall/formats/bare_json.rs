@@ -7,7 +7,8 @@
 //! JSON without a call shape (a `response_format` answer) is content, and an
 //! object whose first key is no call key is released at once instead of
 //! being held to its end. Without a marker, an object with a name and no
-//! arguments (`{"name": "Ada"}`) is a call only to a declared tool.
+//! arguments (`{"name": "Ada"}`, alone, not in a list of calls) is a call
+//! only to a declared tool.
 
 use super::json_calls::{Looks, calls_from_json, fence, looks_like_call};
 use crate::toolcall::scan::{python_end, skip_ws};
@@ -52,7 +53,11 @@ impl Format for BareJson {
             return Step::Need(Wait::NonSpaceAfter { from: end });
         }
         match calls_from_json(&region[..end]) {
-            Some(calls) if ctx.tools.is_open() && calls.iter().any(|c| c.args == Args::Empty) => Step::Reject,
+            Some(calls)
+                if ctx.tools.is_open() && region.starts_with('{') && calls.iter().all(|c| c.args == Args::Empty) =>
+            {
+                Step::Reject
+            }
             Some(calls) => Step::Done(Parsed { consumed: region.len(), calls, ..Default::default() }),
             None => Step::Reject,
         }
@@ -75,5 +80,6 @@ mod tests {
         assert!(!parse(r#"{"name": "get_time"}"#, &ToolIndex::open()));
         assert!(parse(r#"{"name": "get_time"}"#, &declared));
         assert!(parse(r#"{"name": "get_time", "arguments": {}}"#, &ToolIndex::open()));
+        assert!(parse(r#"[{"name": "get_time"}]"#, &ToolIndex::open()));
     }
 }
