@@ -90,13 +90,22 @@ fn float(t: &str) -> Option<Value> {
     Number::from_f64(f).map(Value::Number)
 }
 
-/// JSON, then a repaired/Python-literal reading (`{'a': True}`).
+/// JSON, then JSON written with its quotes escaped (`[{\"id\": 1}]`, as GLM
+/// writes it into an `<arg_value>`), then a repaired/Python-literal reading
+/// (`{'a': True}`).
 fn structured(t: &str) -> Option<Value> {
     if let Ok(v) = serde_json::from_str::<Value>(t) {
         return Some(v);
     }
     if !(t.starts_with('{') || t.starts_with('[')) {
         return None;
+    }
+    if t.contains("\\\"") {
+        // Read as the body of a JSON string: one level of escapes comes off.
+        let unescaped = serde_json::from_str::<String>(&format!("\"{t}\"")).ok();
+        if let Some(v) = unescaped.and_then(|u| serde_json::from_str::<Value>(&u).ok()) {
+            return Some(v);
+        }
     }
     super::args::loads(t)
 }
@@ -127,5 +136,17 @@ mod tests {
         assert_eq!(coerce("None", Some(&json!({"type": ["string", "null"]}))), json!(null));
         assert_eq!(coerce("{'a': 1}", Some(&json!({"type": "object"}))), json!({"a": 1}));
         assert_eq!(coerce("x", Some(&json!({"anyOf": [{"type": "integer"}, {"type": "string"}]}))), json!("x"));
+    }
+
+    #[test]
+    fn escaped_json_for_a_structured_parameter() {
+        let array = json!({"type": "array"});
+        assert_eq!(
+            coerce(r#"[{\"id\": \"1\", \"p\": \"C:\\\\U\"}]"#, Some(&array)),
+            json!([{"id": "1", "p": "C:\\U"}])
+        );
+        assert_eq!(coerce(r#"{\"a\": [1]}"#, Some(&json!({"type": "object"}))), json!({"a": [1]}));
+        // A string parameter keeps the text as written.
+        assert_eq!(coerce(r#"[{\"id\": 1}]"#, Some(&json!({"type": "string"}))), json!(r#"[{\"id\": 1}]"#));
     }
 }

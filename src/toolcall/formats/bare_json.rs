@@ -6,11 +6,13 @@
 //!
 //! JSON without a call shape (a `response_format` answer) is content, and an
 //! object whose first key is no call key is released at once instead of
-//! being held to its end.
+//! being held to its end. Without a marker, an object with a name and no
+//! arguments (`{"name": "Ada"}`, alone, not in a list of calls) is a call
+//! only to a declared tool.
 
 use super::json_calls::{Looks, calls_from_json, fence, looks_like_call};
 use crate::toolcall::scan::{python_end, skip_ws};
-use crate::toolcall::{Ctx, Format, Parsed, Step, Wait};
+use crate::toolcall::{Args, Ctx, Format, Parsed, Step, Wait};
 
 pub struct BareJson;
 
@@ -51,8 +53,33 @@ impl Format for BareJson {
             return Step::Need(Wait::NonSpaceAfter { from: end });
         }
         match calls_from_json(&region[..end]) {
+            Some(calls)
+                if ctx.tools.is_open() && region.starts_with('{') && calls.iter().all(|c| c.args == Args::Empty) =>
+            {
+                Step::Reject
+            }
             Some(calls) => Step::Done(Parsed { consumed: region.len(), calls, ..Default::default() }),
             None => Step::Reject,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::toolcall::ToolIndex;
+
+    fn parse(text: &str, tools: &ToolIndex) -> bool {
+        let ctx = Ctx { tools, eof: true, at_start: true };
+        matches!(BareJson.parse(text, &ctx), Step::Done(_))
+    }
+
+    #[test]
+    fn name_only_object_needs_a_declared_tool() {
+        let declared = ToolIndex::new([("get_time".to_string(), serde_json::json!({}))]);
+        assert!(!parse(r#"{"name": "get_time"}"#, &ToolIndex::open()));
+        assert!(parse(r#"{"name": "get_time"}"#, &declared));
+        assert!(parse(r#"{"name": "get_time", "arguments": {}}"#, &ToolIndex::open()));
+        assert!(parse(r#"[{"name": "get_time"}]"#, &ToolIndex::open()));
     }
 }

@@ -47,6 +47,11 @@ fn call(body: &str, complete: bool) -> Option<RawCall> {
         Some((name, idx)) if !idx.is_empty() && idx.bytes().all(|b| b.is_ascii_digit()) => (name, true),
         _ => (id, false),
     };
+    // `functions.` opens the indexed id the template writes; without its
+    // `:IDX` the id is malformed (`functions.get.0`) and names no tool.
+    if !indexed && name.starts_with("functions.") {
+        return None;
+    }
     let name = name.strip_prefix("functions.").unwrap_or(name);
     if name.is_empty() {
         return None;
@@ -68,5 +73,6 @@ mod tests {
             Some(RawCall { name: "a.b".into(), args: Args::Json("{}".into()), id: Some("functions.a.b:12".into()) })
         );
         assert_eq!(call("get<|tool_call_argument_begin|>{}", true).and_then(|c| c.id), None);
+        assert_eq!(call("functions.get.0<|tool_call_argument_begin|>{}", true), None);
     }
 }
