@@ -14,6 +14,9 @@
 //! DeepSeek writes it into its reasoning. `string="true"` keeps the raw text and `string="false"`
 //! means JSON; a declared parameter schema has the last word. When the
 //! output ends without the closing tag, the complete invokes are kept.
+//! DeepSeek also wraps the whole arguments in one `arguments` or `input`
+//! parameter (or JSON key); unless the tool declares that name, the wrapper
+//! is taken off as SGLang does.
 
 use serde_json::Value;
 
@@ -95,10 +98,13 @@ fn intact(inv: &xml::Invoke<'_>) -> bool {
 
 fn call(inv: &xml::Invoke<'_>, ctx: &Ctx<'_>) -> RawCall {
     let inner = inv.inner.trim();
+    let schema = ctx.tools.schema(inv.name);
     if inner.starts_with('{') {
+        if let Some(args) = serde_json::from_str(inner).ok().and_then(|v| unwrap(&v, schema)) {
+            return RawCall::value(inv.name, args);
+        }
         return RawCall { name: inv.name.to_string(), args: Args::Json(inner.to_string()), id: None };
     }
-    let schema = ctx.tools.schema(inv.name);
     let mut args = serde_json::Map::new();
     for p in xml::params(inv.inner, "") {
         let value = match (typing::param(schema, p.name), xml::attr(p.tag, "string")) {
@@ -110,7 +116,36 @@ fn call(inv: &xml::Invoke<'_>, ctx: &Ctx<'_>) -> RawCall {
         };
         args.insert(p.name.to_string(), value);
     }
-    RawCall::value(inv.name, Value::Object(args))
+    let args = Value::Object(args);
+    let args = unwrap(&args, schema).unwrap_or(args);
+    RawCall::value(inv.name, args)
+}
+
+/// The arguments inside a lone `arguments`/`input` wrapper the tool does
+/// not declare: an object, a string holding one, or a plain string for a
+/// tool with a single parameter. `None` leaves the arguments as written.
+fn unwrap(args: &Value, schema: Option<&Value>) -> Option<Value> {
+    let obj = args.as_object()?;
+    let (key, value) = match obj.iter().next() {
+        Some((k, v)) if obj.len() == 1 && (k == "arguments" || k == "input") => (k, v),
+        _ => return None,
+    };
+    let props = schema.and_then(|s| s.get("properties")).and_then(Value::as_object);
+    if props.is_some_and(|p| p.contains_key(key)) {
+        return None;
+    }
+    match value {
+        v @ Value::Object(_) => Some(v.clone()),
+        Value::String(s) => match serde_json::from_str::<Value>(s.trim()) {
+            Ok(v @ Value::Object(_)) => Some(v),
+            _ => {
+                let mut names = props?.keys();
+                let (Some(only), None) = (names.next(), names.next()) else { return None };
+                Some(serde_json::json!({ only.clone(): s }))
+            }
+        },
+        _ => None,
+    }
 }
 
 /// Maps an offset in the plain spelling of `text` back to `text`: the
