@@ -49,7 +49,9 @@ fn types(schema: &Value) -> Vec<String> {
 /// Converts a raw text value by its parameter schema.
 pub fn coerce(raw: &str, schema: Option<&Value>) -> Value {
     let Some(schema) = schema else {
-        return Value::String(raw.to_string());
+        // Untyped: a string, except Python's `None`, which the Qwen/GLM/MiniMax
+        // templates write for null (`| string`) and no one means as text.
+        return if raw.trim() == "None" { Value::Null } else { Value::String(raw.to_string()) };
     };
     let ts = types(schema);
     let t = raw.trim();
@@ -76,8 +78,14 @@ pub fn coerce(raw: &str, schema: Option<&Value>) -> Value {
         }
     }
     if ts.is_empty() {
-        // A schema with no type: JSON if it is JSON, else the string.
-        return structured(t).unwrap_or_else(|| Value::String(raw.to_string()));
+        // A schema with no type: JSON (or its Python spelling) if it is
+        // JSON, else the string.
+        return match t {
+            "None" => Value::Null,
+            "True" => Value::Bool(true),
+            "False" => Value::Bool(false),
+            _ => structured(t).unwrap_or_else(|| Value::String(raw.to_string())),
+        };
     }
     Value::String(raw.to_string())
 }
@@ -127,5 +135,17 @@ mod tests {
         assert_eq!(coerce("None", Some(&json!({"type": ["string", "null"]}))), json!(null));
         assert_eq!(coerce("{'a': 1}", Some(&json!({"type": "object"}))), json!({"a": 1}));
         assert_eq!(coerce("x", Some(&json!({"anyOf": [{"type": "integer"}, {"type": "string"}]}))), json!("x"));
+    }
+
+    // smg tests/tool_parser_{qwen_xml,glm4_moe,minimax_m2,step3}.rs *python_literals.
+    #[test]
+    fn python_none_is_null_when_untyped() {
+        assert_eq!(coerce("None", None), json!(null));
+        assert_eq!(coerce("\nNone\n", None), json!(null));
+        assert_eq!(coerce("True", None), json!("True"));
+        assert_eq!(coerce("None", Some(&json!({"type": "string"}))), json!("None"));
+        assert_eq!(coerce("None", Some(&json!({"description": "any"}))), json!(null));
+        assert_eq!(coerce("True", Some(&json!({}))), json!(true));
+        assert_eq!(coerce("5", Some(&json!({}))), json!(5));
     }
 }
