@@ -125,18 +125,6 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    #[test]
-    fn strings_are_never_sniffed() {
-        assert_eq!(coerce("02139", Some(&json!({"type": "string"}))), json!("02139"));
-        assert_eq!(coerce("02139", None), json!("02139"));
-        assert_eq!(coerce("5", Some(&json!({"type": "integer"}))), json!(5));
-        assert_eq!(coerce("2.0", Some(&json!({"type": "number"}))), json!(2));
-        assert_eq!(coerce("True", Some(&json!({"type": "boolean"}))), json!(true));
-        assert_eq!(coerce("None", Some(&json!({"type": ["string", "null"]}))), json!(null));
-        assert_eq!(coerce("{'a': 1}", Some(&json!({"type": "object"}))), json!({"a": 1}));
-        assert_eq!(coerce("x", Some(&json!({"anyOf": [{"type": "integer"}, {"type": "string"}]}))), json!("x"));
-    }
-
     // smg tests/tool_parser_{qwen_xml,glm4_moe,minimax_m2,step3}.rs *python_literals.
     #[test]
     fn python_none_is_null_when_untyped() {
@@ -147,5 +135,17 @@ mod tests {
         assert_eq!(coerce("None", Some(&json!({"description": "any"}))), json!(null));
         assert_eq!(coerce("True", Some(&json!({}))), json!(true));
         assert_eq!(coerce("5", Some(&json!({}))), json!(5));
+    }
+
+    #[test]
+    fn strings_are_never_sniffed() {
+        assert_eq!(coerce("02139", Some(&json!({"type": "string"}))), json!("02139"));
+        assert_eq!(coerce("02139", None), json!("02139"));
+        assert_eq!(coerce("5", Some(&json!({"type": "integer"}))), json!(5));
+        assert_eq!(coerce("2.0", Some(&json!({"type": "number"}))), json!(2));
+        assert_eq!(coerce("True", Some(&json!({"type": "boolean"}))), json!(true));
+        assert_eq!(coerce("None", Some(&json!({"type": ["string", "null"]}))), json!(null));
+        assert_eq!(coerce("{'a': 1}", Some(&json!({"type": "object"}))), json!({"a": 1}));
+        assert_eq!(coerce("x", Some(&json!({"anyOf": [{"type": "integer"}, {"type": "string"}]}))), json!("x"));
     }
 }

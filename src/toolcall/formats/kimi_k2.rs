@@ -55,6 +55,11 @@ fn call(body: &str, complete: bool, tools: &ToolIndex) -> Option<RawCall> {
         Some((name, idx)) if is_counter(idx) => (name, true),
         _ => (id, false),
     };
+    // `functions.` opens the indexed id the template writes; without its
+    // `:IDX` the id is malformed (`functions.get.0`) and names no tool.
+    if !indexed && name.starts_with("functions.") {
+        return None;
+    }
     let name = name.strip_prefix("functions.").unwrap_or(name);
     if name.is_empty() {
         return None;
