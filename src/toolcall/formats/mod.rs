@@ -26,6 +26,7 @@ mod hunyuan_v3;
 mod internlm2;
 mod json_calls;
 mod kimi_k2;
+mod kimi_k3;
 mod llama3_json;
 mod markdown_json_fence;
 mod minimax_m1;
@@ -56,6 +57,7 @@ pub static ALL: &[&dyn Format] = &[
     &deepseek_v32_dsml::DeepseekV32Dsml,
     &deepseek_v4_dsml::DeepseekV4Dsml,
     &kimi_k2::KimiK2,
+    &kimi_k3::KimiK3,
     &minimax_m1::MinimaxM1,
     &hunyuan_a13b::HunyuanA13b,
     &hunyuan_v3::HunyuanV3,
