@@ -31,6 +31,7 @@ mod llama3_json;
 mod markdown_json_fence;
 mod minimax_m1;
 mod minimax_m2;
+mod minimax_m3;
 mod mistral;
 mod pythonic;
 mod qwen3_coder_xml;
@@ -62,6 +63,7 @@ pub static ALL: &[&dyn Format] = &[
     &hunyuan_a13b::HunyuanA13b,
     &hunyuan_v3::HunyuanV3,
     &minimax_m2::MinimaxM2,
+    &minimax_m3::MinimaxM3,
     &step3::Step3,
     &internlm2::Internlm2,
     &qwen_agent_fn::QwenAgentFn,
