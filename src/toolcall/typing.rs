@@ -63,7 +63,13 @@ pub fn coerce(raw: &str, schema: Option<&Value>) -> Value {
             "string" | "str" | "text" | "varchar" | "char" | "enum" => {
                 return Value::String(raw.to_string());
             }
-            "integer" | "int" => t.parse::<i64>().ok().map(Value::from).or_else(|| float(t)),
+            // `int32`, `uint64`, `long` … (vLLM's prefix reading of type names).
+            "integer" | "int" | "long" | "short" | "unsigned" => {
+                t.parse::<i64>().ok().map(Value::from).or_else(|| float(t))
+            }
+            n if n.starts_with("int") || n.starts_with("uint") => {
+                t.parse::<i64>().ok().map(Value::from).or_else(|| float(t))
+            }
             "number" | "float" => float(t),
             "boolean" | "bool" => match t.to_ascii_lowercase().as_str() {
                 "true" | "1" | "yes" | "on" => Some(Value::Bool(true)),
@@ -125,9 +131,10 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    // smg tests/tool_parser_{qwen_xml,glm4_moe,minimax_m2,step3}.rs *python_literals.
+    // smg tests/tool_parser_{qwen_xml,glm4_moe,minimax_m2,step3}.rs *python_literals;
+    // vLLM test_hy_v4_tool_parser.py (uint32).
     #[test]
-    fn python_none_is_null_when_untyped() {
+    fn untyped_values_and_type_aliases() {
         assert_eq!(coerce("None", None), json!(null));
         assert_eq!(coerce("\nNone\n", None), json!(null));
         assert_eq!(coerce("True", None), json!("True"));
@@ -135,6 +142,7 @@ mod tests {
         assert_eq!(coerce("None", Some(&json!({"description": "any"}))), json!(null));
         assert_eq!(coerce("True", Some(&json!({}))), json!(true));
         assert_eq!(coerce("5", Some(&json!({}))), json!(5));
+        assert_eq!(coerce("42", Some(&json!({"type": "uint32"}))), json!(42));
     }
 
     #[test]

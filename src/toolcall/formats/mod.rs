@@ -87,6 +87,9 @@ static ALIASES: &[(&str, &str)] = &[
     ("jamba", "hunyuan_a13b"),
     ("xlam", "bare_json"),
     ("deepseek_v4", "deepseek_v4_dsml"),
+    // HY-V4 (vLLM `hy_v4`) is HY-V3 without the `<tool_sep>` after the name.
+    ("hunyuan_v4", "hunyuan_v3"),
+    ("hy_v4", "hunyuan_v3"),
 ];
 
 /// Looks a format up by name or alias.
