@@ -27,6 +27,7 @@ mod internlm2;
 mod json_calls;
 mod kimi_k2;
 mod kimi_k3;
+mod lfm2;
 mod llama3_json;
 mod markdown_json_fence;
 mod minimax_m1;
@@ -53,6 +54,7 @@ pub static ALL: &[&dyn Format] = &[
     &mistral::Mistral,
     &llama3_json::Llama3Json,
     &pythonic::Pythonic,
+    &lfm2::Lfm2,
     &deepseek_v3::DeepseekV3,
     &deepseek_v31::DeepseekV31,
     &deepseek_v32_dsml::DeepseekV32Dsml,
