@@ -17,6 +17,7 @@ mod functionary_v3_1;
 mod functionary_v3_2;
 mod functools;
 mod gemma4;
+mod gigachat3;
 mod glm45;
 mod granite;
 mod harmony;
@@ -72,6 +73,7 @@ pub static ALL: &[&dyn Format] = &[
     &command_r7b::CommandR7b,
     &functools::Functools,
     &gemma4::Gemma4,
+    &gigachat3::Gigachat3,
     &harmony::Harmony,
     &functionary_v3_2::FunctionaryV32,
     &markdown_json_fence::MarkdownJsonFence,
