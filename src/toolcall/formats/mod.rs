@@ -24,6 +24,7 @@ mod harmony;
 mod hermes;
 mod hunyuan_a13b;
 mod hunyuan_v3;
+mod inkling;
 mod internlm2;
 mod json_calls;
 mod kimi_k2;
@@ -74,6 +75,7 @@ pub static ALL: &[&dyn Format] = &[
     &functools::Functools,
     &gemma4::Gemma4,
     &gigachat3::Gigachat3,
+    &inkling::Inkling,
     &harmony::Harmony,
     &functionary_v3_2::FunctionaryV32,
     &markdown_json_fence::MarkdownJsonFence,
