@@ -68,6 +68,9 @@ impl Format for Inkling {
                 None => Step::Need(Wait::Marker { marker: END, from }),
             };
         }
+        if !ctx.eof && (TEXT.starts_with(rest) || THINKING.starts_with(rest)) {
+            return Step::Need(Wait::Len(head + THINKING.len()));
+        }
         // `NAME<|content_invoke_tool_…|>`: the header is the name, no markup.
         let Some(lt) = find(region, "<", head) else {
             return if ctx.eof || rest.len() > MAX_HEADER {
