@@ -18,6 +18,7 @@ mod functionary_v3_2;
 mod functools;
 mod gemma4;
 mod gigachat3;
+mod gigachat35;
 mod glm45;
 mod granite;
 mod harmony;
@@ -75,6 +76,7 @@ pub static ALL: &[&dyn Format] = &[
     &functools::Functools,
     &gemma4::Gemma4,
     &gigachat3::Gigachat3,
+    &gigachat35::Gigachat35,
     &inkling::Inkling,
     &harmony::Harmony,
     &functionary_v3_2::FunctionaryV32,
