@@ -49,7 +49,9 @@ fn types(schema: &Value) -> Vec<String> {
 /// Converts a raw text value by its parameter schema.
 pub fn coerce(raw: &str, schema: Option<&Value>) -> Value {
     let Some(schema) = schema else {
-        return Value::String(raw.to_string());
+        // Untyped: a string, except Python's `None`, which the Qwen/GLM/MiniMax
+        // templates write for null (`| string`) and no one means as text.
+        return if raw.trim() == "None" { Value::Null } else { Value::String(raw.to_string()) };
     };
     let ts = types(schema);
     let t = raw.trim();
@@ -61,7 +63,13 @@ pub fn coerce(raw: &str, schema: Option<&Value>) -> Value {
             "string" | "str" | "text" | "varchar" | "char" | "enum" => {
                 return Value::String(raw.to_string());
             }
-            "integer" | "int" => t.parse::<i64>().ok().map(Value::from).or_else(|| float(t)),
+            // `int32`, `uint64`, `long` … (vLLM's prefix reading of type names).
+            "integer" | "int" | "long" | "short" | "unsigned" => {
+                t.parse::<i64>().ok().map(Value::from).or_else(|| float(t))
+            }
+            n if n.starts_with("int") || n.starts_with("uint") => {
+                t.parse::<i64>().ok().map(Value::from).or_else(|| float(t))
+            }
             "number" | "float" => float(t),
             "boolean" | "bool" => match t.to_ascii_lowercase().as_str() {
                 "true" | "1" | "yes" | "on" => Some(Value::Bool(true)),
@@ -76,8 +84,14 @@ pub fn coerce(raw: &str, schema: Option<&Value>) -> Value {
         }
     }
     if ts.is_empty() {
-        // A schema with no type: JSON if it is JSON, else the string.
-        return structured(t).unwrap_or_else(|| Value::String(raw.to_string()));
+        // A schema with no type: JSON (or its Python spelling) if it is
+        // JSON, else the string.
+        return match t {
+            "None" => Value::Null,
+            "True" => Value::Bool(true),
+            "False" => Value::Bool(false),
+            _ => structured(t).unwrap_or_else(|| Value::String(raw.to_string())),
+        };
     }
     Value::String(raw.to_string())
 }
@@ -125,6 +139,20 @@ pub fn object_from_pairs<'a>(tool: Option<&Value>, pairs: impl IntoIterator<Item
 mod tests {
     use super::*;
     use serde_json::json;
+
+    // smg tests/tool_parser_{qwen_xml,glm4_moe,minimax_m2,step3}.rs *python_literals;
+    // vLLM test_hy_v4_tool_parser.py (uint32).
+    #[test]
+    fn untyped_values_and_type_aliases() {
+        assert_eq!(coerce("None", None), json!(null));
+        assert_eq!(coerce("\nNone\n", None), json!(null));
+        assert_eq!(coerce("True", None), json!("True"));
+        assert_eq!(coerce("None", Some(&json!({"type": "string"}))), json!("None"));
+        assert_eq!(coerce("None", Some(&json!({"description": "any"}))), json!(null));
+        assert_eq!(coerce("True", Some(&json!({}))), json!(true));
+        assert_eq!(coerce("5", Some(&json!({}))), json!(5));
+        assert_eq!(coerce("42", Some(&json!({"type": "uint32"}))), json!(42));
+    }
 
     #[test]
     fn strings_are_never_sniffed() {

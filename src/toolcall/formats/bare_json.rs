@@ -1,8 +1,11 @@
 //! Bare JSON calls (Ollama-style templates, small models) and Salesforce
 //! xLAM (`xlam` alias): the *whole* output is a call object or an array of
 //! them, `[{"name": "get_weather", "arguments": {"city": "Lagos"}}]`, with the
-//! key spellings of [`json_calls`](super::json_calls) — possibly inside a
-//! ```` ```json ```` fence that is the whole output (xLAM does both).
+//! key spellings of [`json_calls`](super::json_calls). xLAM also wraps the
+//! list (vLLM `xlam` accepts all of these after prose): in a ```` ```json ````
+//! fence that ends the output, after `[TOOL_CALLS]`, or in
+//! `<tool_call>…</tool_call>`. A `</tool_call>` left after bare JSON (the
+//! opening tag lost) belongs to the call.
 //!
 //! JSON without a call shape (a `response_format` answer) is content, and an
 //! object whose first key is no call key is released at once instead of
@@ -10,11 +13,15 @@
 //! arguments (`{"name": "Ada"}`, alone, not in a list of calls) is a call
 //! only to a declared tool.
 
-use super::json_calls::{Looks, calls_from_json, fence, looks_like_call};
-use crate::toolcall::scan::{python_end, skip_ws};
+use super::json_calls::{Looks, calls_from_json, fence, looks_like_call, past_closer};
+use crate::toolcall::scan::{byte_at, python_end, skip_ws};
 use crate::toolcall::{Args, Ctx, Format, Parsed, Step, Wait};
 
 pub struct BareJson;
+
+const TOOL_CALLS: &str = "[TOOL_CALLS]";
+const OPEN: &str = "<tool_call>";
+const CLOSE: &str = "</tool_call>";
 
 impl Format for BareJson {
     fn name(&self) -> &'static str {
@@ -22,7 +29,7 @@ impl Format for BareJson {
     }
 
     fn markers(&self) -> &'static [&'static str] {
-        &["```"]
+        &["```", TOOL_CALLS, OPEN]
     }
 
     fn start_bytes(&self) -> &'static [u8] {
@@ -31,7 +38,19 @@ impl Format for BareJson {
 
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
         if region.starts_with("```") {
-            return fence(region, ctx, true);
+            return fence(region, ctx, false);
+        }
+        if let Some(tag) = [TOOL_CALLS, OPEN].into_iter().find(|t| region.starts_with(*t)) {
+            let body = skip_ws(region, tag.len());
+            return match byte_at(region, body) {
+                None if !ctx.eof => Step::Need(Wait::Len(body + 1)),
+                Some(b'{' | b'[') => match python_end(region, body) {
+                    Some(end) => whole(region, body, end, ctx),
+                    None if ctx.eof => Step::Reject,
+                    None => Step::Need(Wait::Balanced { from: body }),
+                },
+                _ => Step::Reject,
+            };
         }
         if !ctx.at_start {
             return Step::Reject;
@@ -45,22 +64,34 @@ impl Format for BareJson {
         let Some(end) = python_end(region, 0) else {
             return if ctx.eof { Step::Reject } else { Step::Need(Wait::Balanced { from: 0 }) };
         };
-        // The call must be the whole output.
-        if skip_ws(region, end) < region.len() {
-            return Step::Reject;
+        whole(region, 0, end, ctx)
+    }
+}
+
+/// The calls of `region[body..end]`, which with an optional `</tool_call>`
+/// must end the output.
+fn whole(region: &str, body: usize, end: usize, ctx: &Ctx<'_>) -> Step {
+    let close = match past_closer(region, end, &[CLOSE], ctx.eof) {
+        Ok(c) => c,
+        Err(wait) => return Step::Need(wait),
+    };
+    if skip_ws(region, close) < region.len() {
+        return Step::Reject;
+    }
+    if !ctx.eof {
+        return Step::Need(Wait::NonSpaceAfter { from: close });
+    }
+    match calls_from_json(&region[body..end]) {
+        // Without a marker, a lone name-only object is a call only to a declared tool.
+        Some(calls)
+            if ctx.tools.is_open()
+                && region[body..].starts_with('{')
+                && calls.iter().all(|c| c.args == Args::Empty) =>
+        {
+            Step::Reject
         }
-        if !ctx.eof {
-            return Step::Need(Wait::NonSpaceAfter { from: end });
-        }
-        match calls_from_json(&region[..end]) {
-            Some(calls)
-                if ctx.tools.is_open() && region.starts_with('{') && calls.iter().all(|c| c.args == Args::Empty) =>
-            {
-                Step::Reject
-            }
-            Some(calls) => Step::Done(Parsed { consumed: region.len(), calls, ..Default::default() }),
-            None => Step::Reject,
-        }
+        Some(calls) => Step::Done(Parsed { consumed: region.len(), calls, ..Default::default() }),
+        None => Step::Reject,
     }
 }
 

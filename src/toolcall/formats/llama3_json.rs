@@ -21,6 +21,9 @@ pub struct Llama3Json;
 
 const TAG: &str = "<|python_tag|>";
 const ENDS: &[&str] = &["<|eom_id|>", "<|eot_id|>"];
+/// What may close a call: the end-of-message tokens, and a `</tool_call>`
+/// whose opening tag the model (or a detokenizer) lost.
+const CLOSERS: &[&str] = &["<|eom_id|>", "<|eot_id|>", "</tool_call>"];
 const BUILTIN: &str = ".call";
 
 impl Format for Llama3Json {
@@ -118,7 +121,7 @@ fn builtin(region: &str, at: usize, ctx: &Ctx<'_>) -> Step {
 }
 
 fn done(region: &str, end: usize, calls: Vec<RawCall>, ctx: &Ctx<'_>) -> Step {
-    match past_closer(region, end, ENDS, ctx.eof) {
+    match past_closer(region, end, CLOSERS, ctx.eof) {
         Ok(consumed) => Step::Done(Parsed { consumed, calls, ..Default::default() }),
         Err(wait) => Step::Need(wait),
     }
