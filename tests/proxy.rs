@@ -245,9 +245,12 @@ async fn tool_call_written_in_text_is_recovered() {
         view("Let me look.", "", json!([call("<generated>", "get_weather", json!({"city": "Lima"}))]), "tool_calls");
     both("", &stream, whole.clone(), ask(true), expect).await;
     // Without declared tools nothing is recovered (auto mode) and the text stays.
-    let p = proxy("", &upstream(&stream, Some(whole)).await.uri()).await;
+    // Kept alive: a dropped wiremock server goes back to its pool, where a
+    // test running alongside may mount its own answers on it.
+    let server = upstream(&stream, Some(whole)).await;
+    let p = proxy("", &server.uri()).await;
     let (_, body) = p.chat(ask(false)).await;
-    assert_eq!(body["choices"][0]["message"]["content"], text.concat());
+    assert_eq!(body["choices"][0]["message"]["content"], text.concat(), "{body}");
     assert_eq!(body["choices"][0]["finish_reason"], "stop");
 }
 
