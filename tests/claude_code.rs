@@ -79,6 +79,18 @@ fn err400(message: &str) -> ResponseTemplate {
 struct Upstream {
     log: Log,
     notes: PathBuf,
+    /// Calls as Hermes `<tool_call>` JSON (Qwen-like) instead of DSML.
+    hermes: bool,
+}
+
+impl Upstream {
+    fn call(&self, name: &str, params: &[(&str, &str)]) -> String {
+        if !self.hermes {
+            return dsml(name, params);
+        }
+        let args: serde_json::Map<String, Value> = params.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+        format!("<tool_call>\n{}\n</tool_call>", json!({"name": name, "arguments": args}))
+    }
 }
 
 impl Respond for Upstream {
@@ -103,12 +115,12 @@ impl Respond for Upstream {
                         Some(REASONING[0]),
                         format!(
                             "I'll create the file.\n{}",
-                            dsml("Write", &[("file_path", &notes), ("content", "status: draft\n")])
+                            self.call("Write", &[("file_path", &notes), ("content", "status: draft\n")])
                         ),
                     ),
                     1 => (
                         Some(REASONING[1]),
-                        dsml("Edit", &[("file_path", &notes), ("old_string", "draft"), ("new_string", "final")]),
+                        self.call("Edit", &[("file_path", &notes), ("old_string", "draft"), ("new_string", "final")]),
                     ),
                     _ => (None, ANSWER.to_string()),
                 }
@@ -226,8 +238,10 @@ fn shapes(raw: &[u8]) -> String {
     out
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn claude_code_headless_writes_and_edits_a_file_through_text_tool_calls() {
+/// Runs `claude -p` on the task (with `--model` if given, in the output
+/// format given) against a fresh proxy and upstream, and checks the file,
+/// the answer and the reasoning round trip.
+async fn write_then_edit(model: Option<&str>, format: &str, hermes: bool) {
     let claude = tokio::task::spawn_blocking(claude_env).await.unwrap();
     let work = tempfile::tempdir().unwrap();
     let (home, cwd) = (work.path().join("home"), work.path().join("project"));
@@ -238,7 +252,7 @@ async fn claude_code_headless_writes_and_edits_a_file_through_text_tool_calls() 
     let upstream = MockServer::start().await;
     let log: Log = Arc::default();
     Mock::given(method("POST"))
-        .respond_with(Upstream { log: log.clone(), notes: notes.clone() })
+        .respond_with(Upstream { log: log.clone(), notes: notes.clone(), hermes })
         .mount(&upstream)
         .await;
     let extra: Config = toml::from_str(&format!(
@@ -259,7 +273,9 @@ async fn claude_code_headless_writes_and_edits_a_file_through_text_tool_calls() 
 
     let mut cmd = tokio::process::Command::new(&claude);
     cmd.args(["-p", "Create notes.txt saying status: draft, then edit it to say final."])
-        .args(["--output-format", "json", "--model", "claude-sonnet-4-5"])
+        .args(["--output-format", format])
+        .args(Some("--verbose").filter(|_| format == "stream-json"))
+        .args(model.map(|m| ["--model", m]).into_iter().flatten())
         // Root may not skip permissions; these tools are allowed outright.
         .args(["--permission-mode", "acceptEdits", "--allowedTools", "Write Edit Read"])
         .args(["--no-session-persistence", "--max-budget-usd", "5"])
@@ -291,7 +307,12 @@ async fn claude_code_headless_writes_and_edits_a_file_through_text_tool_calls() 
         )
     };
     assert!(out.status.success(), "{}", report());
-    let result: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("{e}: {}", report()));
+    // `json` prints the result; `stream-json` a line per event, the result last.
+    let result: Value = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .rfind(|v| v["type"] == "result")
+        .unwrap_or_else(|| panic!("no result: {}", report()));
     assert_eq!(result["result"], ANSWER, "{}", report());
     assert_eq!(std::fs::read_to_string(&notes).ok().as_deref(), Some("status: final\n"), "{}", report());
     // The last main-model request carried both turns' reasoning back.
@@ -305,8 +326,7 @@ async fn claude_code_headless_writes_and_edits_a_file_through_text_tool_calls() 
     let thinking: Vec<String> = sent
         .iter()
         .filter_map(|(_, b)| b.as_ref())
-        .filter(|b| b["model"] == "claude-sonnet-4-5")
-        .next_back()
+        .rfind(|b| b.get("tools").is_some())
         .map(|b| {
             let blocks = b["messages"].as_array().unwrap().iter().filter_map(|m| m["content"].as_array()).flatten();
             blocks
@@ -316,4 +336,16 @@ async fn claude_code_headless_writes_and_edits_a_file_through_text_tool_calls() 
         })
         .unwrap_or_default();
     assert_eq!(thinking, REASONING, "{}", report());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn claude_code_headless_writes_and_edits_a_file_through_dsml_calls() {
+    write_then_edit(Some("claude-sonnet-4-5"), "json", false).await;
+}
+
+/// The default model (opus-class: adaptive thinking, per-turn system
+/// messages in the history), streamed JSON output, Hermes calls.
+#[tokio::test(flavor = "multi_thread")]
+async fn claude_code_default_model_stream_json_with_hermes_calls() {
+    write_then_edit(None, "stream-json", true).await;
 }
