@@ -3,8 +3,10 @@
 //! on first run under cargo's target tmp dir, offline but for loopback,
 //! against a scripted DeepSeek-like upstream that writes its tool calls as
 //! DSML text, thinks on every turn and answers 400 unless the reasoning of
-//! earlier tool-call turns comes back. The task needs Claude Code's own
-//! tools: write a file, edit it, answer.
+//! earlier tool-call turns comes back (the profile does no store replay, so
+//! only Claude Code's own history can bring it). The task needs Claude
+//! Code's own tools: write a file, edit it, answer. A relay in front of the
+//! proxy keeps what Claude Code sent, shown when a test fails.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
 
