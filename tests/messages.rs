@@ -126,6 +126,11 @@ impl Respond for Script {
                     }
                 }
             }
+            // A server-side tool the proxy runs: the call as Hermes text.
+            "clock" if results.is_empty() => {
+                text("Let me look.\n<tool_call>\n{\"name\": \"current_time\", \"arguments\": {}}\n</tool_call>")
+            }
+            "clock" => text(&format!("Clock says: {}", results[0].contains("datetime"))),
             "err429" => return err(429, "rate limit reached"),
             other => return err(404, &format!("no scenario {other}")),
         };
@@ -191,6 +196,12 @@ const PROFILE: &str =
     "[thinking]\nreasoning_replay = \"required\"\n[tools]\nformats = { \"*\" = [\"hermes\", \"deepseek_v32_dsml\"] }\n";
 
 async fn setup() -> Setup {
+    setup_with("").await
+}
+
+/// [`setup`] with the `[tools]` and `[skills]` of `config` too.
+async fn setup_with(config: &str) -> Setup {
+    let parsed: Config = toml::from_str(config).unwrap();
     let upstream = MockServer::start().await;
     let log: Log = Arc::default();
     Mock::given(method("POST")).respond_with(Script { log: log.clone() }).mount(&upstream).await;
@@ -204,6 +215,8 @@ async fn setup() -> Setup {
         c.upstream.retries = Some(0);
         c.auth = extra.auth;
         c.models = extra.models;
+        c.tools = parsed.tools;
+        c.skills = parsed.skills;
         c.providers.insert(
             "p".into(),
             ProviderConfig {
@@ -545,6 +558,63 @@ async fn count_tokens_and_the_anthropic_model_list() {
     let plain: Value =
         s.proxy.http.get(s.proxy.url("/v1/models")).bearer_auth(KEY).send().await.unwrap().json().await.unwrap();
     assert_eq!(plain["object"], "list");
+}
+
+#[tokio::test]
+async fn server_side_tool_runs_in_the_hidden_loop() {
+    let s = setup_with("[tools]\nbuiltin = [\"current_time\"]\n").await;
+    // The client offers a tool of its own; the server tool joins it upstream only.
+    let req = ask("v/clock", "What time is it?");
+    let (st, m) = create(&s.proxy, &req).await;
+    assert_eq!(st, 200, "{m}");
+    assert_eq!(m["content"], json!([{"type": "text", "text": "Let me look.\n\nClock says: true"}]), "{m}");
+    assert_eq!(m["stop_reason"], "end_turn");
+    let ev = stream(&s.proxy, &req).await;
+    let text: String = ev.iter().filter_map(|e| e["delta"]["text"].as_str()).collect();
+    assert_eq!(text, "Let me look.\n\nClock says: true");
+    assert!(ev.iter().all(|e| e["content_block"]["type"] != "tool_use"), "{ev:#?}");
+    assert_eq!(ev[ev.len() - 2]["delta"]["stop_reason"], "end_turn");
+    let reqs = s.requests();
+    assert_eq!(reqs.len(), 4, "two iterations each");
+    let offered: Vec<&str> =
+        reqs[0]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert_eq!(offered, ["get_weather", "current_time"]);
+    assert!(tool_results(&reqs[1])[0].contains("datetime"), "{}", reqs[1]);
+}
+
+/// The README's demo through the Messages front: the bundled offline
+/// `demo` provider reads the repository's `commit-message` skill, then answers.
+#[tokio::test]
+async fn the_demo_skills_model_answers_through_messages() {
+    let replay = Arc::new(modelshim::server::replay::Replay::demo());
+    let addr = modelshim::server::replay::spawn(replay.clone(), "127.0.0.1:0").await.unwrap();
+    let profiles = modelshim::provider::load_profiles(None).unwrap();
+    let mut config = Config::default();
+    config
+        .providers
+        .insert("demo".into(), ProviderConfig { base_url: Some(format!("http://{addr}/v1")), ..Default::default() });
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("skills");
+    config.skills = Some(modelshim::skills::SkillsConfig {
+        dirs: vec![dir.display().to_string()],
+        auto_reload: false,
+        ..Default::default()
+    });
+    let p = serve_state(modelshim::server::AppState::new(&config, &profiles).unwrap()).await;
+    let q = json!({"model": "demo/skills", "max_tokens": 512,
+                   "messages": [{"role": "user", "content": "Write a commit message: …"}]});
+    let (st, m) = create(&p, &q).await;
+    assert_eq!(st, 200, "{m}");
+    assert_eq!(m["content"].as_array().unwrap().len(), 1, "{m}");
+    assert!(
+        m["content"][0]["text"].as_str().unwrap().contains("Start with defaults when the config file is empty"),
+        "{m}"
+    );
+    assert_eq!(m["stop_reason"], "end_turn");
+    assert_eq!(replay.served().0, 2, "read_skill, then the answer");
+    let ev = stream(&p, &q).await;
+    let text: String = ev.iter().filter_map(|e| e["delta"]["text"].as_str()).collect();
+    assert!(text.contains("Start with defaults"), "{ev:#?}");
+    assert!(ev.iter().all(|e| e["content_block"]["type"] != "tool_use"), "{ev:#?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -44,7 +44,7 @@ pub fn parse(body: &[u8], server_tool: &dyn Fn(&str) -> Option<String>) -> Resul
         Some(_) => return Err(bad("stream", "stream: must be a boolean.")),
     };
     let mut messages = Vec::new();
-    if let Some(system) = system_text(b.get("system"))? {
+    if let Some(system) = system_text(b.get("system"), "system")? {
         messages.push(Message { role: "system".into(), content: Value::String(system), extra: Map::new() });
     }
     let Some(Value::Array(input)) = b.get("messages") else {
@@ -90,8 +90,9 @@ pub fn parse(body: &[u8], server_tool: &dyn Fn(&str) -> Option<String>) -> Resul
     Ok(Request { model, stream, stop_sequences, chat })
 }
 
-/// `system` as one string: a string, or text blocks joined by blank lines.
-fn system_text(v: Option<&Value>) -> Result<Option<String>, ApiError> {
+/// `system` (or a `system` turn's content, at `param`) as one string: a
+/// string, or text blocks joined by blank lines.
+fn system_text(v: Option<&Value>, param: &str) -> Result<Option<String>, ApiError> {
     match v {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok((!s.is_empty()).then(|| s.clone())),
@@ -100,13 +101,16 @@ fn system_text(v: Option<&Value>) -> Result<Option<String>, ApiError> {
             for (i, blk) in blocks.iter().enumerate() {
                 match blk.get("type").and_then(Value::as_str) {
                     Some("text") => parts.push(blk.get("text").and_then(Value::as_str).unwrap_or("")),
-                    _ => return Err(bad(&format!("system[{i}]"), "system: only text blocks are allowed.")),
+                    _ => {
+                        let at = format!("{param}[{i}]");
+                        return Err(bad(&at, format!("{at}: only text blocks are allowed in a system prompt.")));
+                    }
                 }
             }
             let text = parts.into_iter().filter(|p| !p.is_empty()).collect::<Vec<_>>().join("\n\n");
             Ok((!text.is_empty()).then_some(text))
         }
-        Some(_) => Err(bad("system", "system: must be a string or an array of text blocks.")),
+        Some(_) => Err(bad(param, format!("{param}: must be a string or an array of text blocks."))),
     }
 }
 
@@ -209,11 +213,19 @@ fn turn(m: &Value, i: usize, out: &mut Vec<Message>) -> Result<(), ApiError> {
     };
     match role {
         "user" => user(&blocks, &param, out),
+        // Claude Code's per-turn system prompts: kept in place (a profile
+        // with `merge_system` moves them first for vendors that need that).
+        "system" => {
+            if let Some(text) = system_text(m.get("content"), &format!("{param}.content"))? {
+                out.push(Message { role: "system".into(), content: Value::String(text), extra: Map::new() });
+            }
+            Ok(())
+        }
         "assistant" => {
             out.push(assistant(&blocks, &param)?);
             Ok(())
         }
-        _ => Err(bad(&format!("{param}.role"), "role: must be `user` or `assistant`.")),
+        _ => Err(bad(&format!("{param}.role"), "role: must be `user`, `assistant` or `system`.")),
     }
 }
 
@@ -422,6 +434,24 @@ mod tests {
                    "stream_options": {"include_usage": true}})
         );
         assert_eq!(r.stop_sequences, ["END"]);
+    }
+
+    #[test]
+    fn system_turns_in_the_messages_stay_in_place() {
+        // Claude Code's per-turn system messages (the `per-turn-control` beta).
+        let r = req(json!({"model": "m", "max_tokens": 10, "system": "S", "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "system", "content": [{"type": "text", "text": "# Environment", "cache_control": {"type": "ephemeral"}}]},
+            {"role": "system", "content": ""},
+            {"role": "assistant", "content": "ok"}]}));
+        assert_eq!(
+            msgs(&r),
+            json!([{"role": "system", "content": "S"}, {"role": "user", "content": "hi"},
+                   {"role": "system", "content": "# Environment"}, {"role": "assistant", "content": "ok"}])
+        );
+        let bad = json!({"model": "m", "messages": [{"role": "system", "content": [{"type": "image", "source": {}}]}]});
+        let e = parse(bad.to_string().as_bytes(), &none).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("messages[0].content[0]"), "{e}");
     }
 
     #[test]
