@@ -252,6 +252,24 @@ mod tests {
         serde_json::from_value(v).unwrap_or_else(|e| panic!("{e}"))
     }
 
+    /// Qwen refuses a system message after the first turn; Claude Code sends
+    /// per-turn system turns. The bundled DashScope profile merges them.
+    #[test]
+    fn dashscope_moves_a_mid_conversation_system_turn_first() {
+        let p = Profile::parse("dashscope", include_str!("../../providers/dashscope.toml")).unwrap_or_default();
+        let mut r = req(json!({"model": "x", "messages": [
+            {"role": "system", "content": "You are Claude Code."},
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "hello"},
+            {"role": "system", "content": "Reminder: be brief."},
+            {"role": "user", "content": "and now?"}
+        ]}));
+        normalize(&mut r, &p, "qwen-plus", false);
+        let roles: Vec<&str> = r.messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "assistant", "user"]);
+        assert_eq!(r.messages[0].content, json!("You are Claude Code.\n\nReminder: be brief."));
+    }
+
     #[test]
     fn rewrites_follow_profile_data() {
         let mut p = Profile::default();
