@@ -56,6 +56,9 @@ struct NativeCall {
     index: u32,
     /// The arguments forwarded so far.
     args: String,
+    /// Whether they are whole JSON so far, kept as they grow (a re-parse per
+    /// delta would be quadratic in a long stream of fragments).
+    shape: Shape,
     /// A call after the first when only one is wanted: never sent.
     dropped: bool,
 }
@@ -461,6 +464,7 @@ impl Normalizer {
                     name: tc.function.as_ref().and_then(|f| f.name.clone()).unwrap_or_default(),
                     index,
                     args: String::new(),
+                    shape: Shape::default(),
                     dropped,
                 });
                 (st.native.len() - 1, true)
@@ -483,6 +487,7 @@ impl Normalizer {
             _ => a,
         });
         call.args.push_str(args.as_deref().unwrap_or(""));
+        call.shape.feed(args.as_deref().unwrap_or(""));
         let mut out = ToolCallDelta {
             index: Some(call.index),
             id: None,
@@ -596,7 +601,46 @@ fn starts_new(last: &NativeCall, name: Option<&str>) -> bool {
     match name.filter(|n| !n.is_empty()) {
         None => false,
         Some(n) if n != last.name => true,
-        Some(_) => serde_json::from_str::<serde::de::IgnoredAny>(&last.args).is_ok(),
+        Some(_) => last.shape.whole(),
+    }
+}
+
+/// The bracket shape of JSON text read piece by piece: whether one value
+/// has opened and closed again (outside strings).
+#[derive(Default)]
+struct Shape {
+    depth: u32,
+    opened: bool,
+    in_string: bool,
+    escaped: bool,
+}
+
+impl Shape {
+    fn feed(&mut self, text: &str) {
+        for b in text.bytes() {
+            if self.in_string {
+                match (self.escaped, b) {
+                    (true, _) => self.escaped = false,
+                    (false, b'\\') => self.escaped = true,
+                    (false, b'"') => self.in_string = false,
+                    _ => {}
+                }
+                continue;
+            }
+            match b {
+                b'"' => self.in_string = true,
+                b'{' | b'[' => {
+                    self.depth += 1;
+                    self.opened = true;
+                }
+                b'}' | b']' => self.depth = self.depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+    }
+
+    fn whole(&self) -> bool {
+        self.opened && self.depth == 0 && !self.in_string
     }
 }
 
@@ -645,6 +689,21 @@ fn common_finish(r: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn argument_shape_is_read_piece_by_piece() {
+        let whole = |pieces: &[&str]| {
+            let mut s = Shape::default();
+            pieces.iter().for_each(|p| s.feed(p));
+            s.whole()
+        };
+        assert!(whole(&["{\"city\":", " \"Paris\"}"]));
+        assert!(!whole(&["{\"city\":"]));
+        assert!(!whole(&["{\"a\": \"}", "\\\""]), "a brace inside a string, an escaped quote");
+        assert!(whole(&["{\"a\": \"}\\\"\"", "}"]));
+        assert!(!whole(&[""]));
+        assert!(whole(&["[1, [2]]"]));
+    }
 
     /// A stream's reasoning is not kept past its cap (it was held for the
     /// stream's whole length).
