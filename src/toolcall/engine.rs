@@ -29,6 +29,10 @@ const REASONING: &[(&str, &str)] = &[
 /// unterminated marker cannot make the proxy buffer without bound.
 pub const MAX_REGION: usize = 8 << 20;
 
+/// How many leading bytes of each pattern the automaton searches for; a hit
+/// is then checked against the whole patterns with that first byte.
+const LEAD: usize = 8;
+
 /// A pattern's first eight bytes as a masked word, so a candidate position
 /// is checked against a pattern with one compare.
 #[derive(Clone, Copy)]
@@ -63,6 +67,9 @@ enum Pattern {
 pub struct FormatSet {
     formats: Vec<&'static dyn Format>,
     patterns: Vec<(&'static str, Pattern)>,
+    /// Searches for the patterns' leads (first [`LEAD`] bytes, deduplicated),
+    /// not the patterns: the lead set stays small enough for the automaton's
+    /// packed SIMD prefilter, which it drops past 64 patterns.
     ac: Option<AhoCorasick>,
     max_len: usize,
     first_byte: [bool; 256],
@@ -142,8 +149,10 @@ impl FormatSet {
             list.sort_by_key(|p| std::cmp::Reverse(p.len));
         }
         let max_len = patterns.iter().map(|(p, _)| p.len()).max().unwrap_or(1);
-        let ac =
-            AhoCorasick::builder().match_kind(MatchKind::LeftmostLongest).build(patterns.iter().map(|(p, _)| p)).ok();
+        let mut leads: Vec<&[u8]> = patterns.iter().map(|(p, _)| &p.as_bytes()[..p.len().min(LEAD)]).collect();
+        leads.sort_unstable();
+        leads.dedup();
+        let ac = AhoCorasick::builder().match_kind(MatchKind::LeftmostFirst).build(leads).ok();
         FormatSet { formats, patterns, ac, max_len, first_byte, by_first, start_byte }
     }
 
@@ -166,25 +175,35 @@ impl FormatSet {
         let b = text.as_bytes();
         let mut from = 0;
         if b.len() > 2 * NEAR {
-            for (i, x) in b[..NEAR].iter().enumerate() {
-                if !self.first_byte[*x as usize] {
-                    continue;
-                }
-                let rest = &b[i..];
-                let w = word(rest);
-                let hit = self.by_first[*x as usize].iter().find(|p| {
-                    w & p.mask == p.word
-                        && rest.len() >= p.len
-                        && (p.len <= 8 || rest[8..p.len] == self.patterns[p.pattern].0.as_bytes()[8..])
-                });
-                if let Some(p) = hit {
+            for i in 0..NEAR {
+                if let Some(p) = self.at(b, i) {
                     return Some((i, p.len, p.pattern));
                 }
             }
             from = NEAR;
         }
-        let m = ac.find(aho_corasick::Input::new(text).span(from..b.len()))?;
-        Some((m.start(), m.len(), m.pattern().as_usize()))
+        loop {
+            let m = ac.find(aho_corasick::Input::new(b).span(from..b.len()))?;
+            if let Some(p) = self.at(b, m.start()) {
+                return Some((m.start(), p.len, p.pattern));
+            }
+            from = m.start() + 1;
+        }
+    }
+
+    /// The longest pattern that starts at `b[i]`.
+    fn at(&self, b: &[u8], i: usize) -> Option<&Prefix> {
+        let x = *b.get(i)?;
+        if !self.first_byte[x as usize] {
+            return None;
+        }
+        let rest = &b[i..];
+        let w = word(rest);
+        self.by_first[x as usize].iter().find(|p| {
+            w & p.mask == p.word
+                && rest.len() >= p.len
+                && (p.len <= 8 || rest[8..p.len] == self.patterns[p.pattern].0.as_bytes()[8..])
+        })
     }
 
     /// Length of the longest suffix of `buf` that is a proper prefix of a
@@ -774,6 +793,13 @@ mod tests {
     use super::*;
 
     #[test]
+    fn auto_mode_leads_fit_the_packed_prefilter() {
+        // Past 64 patterns the automaton has no SIMD prefilter and scans prose byte by byte.
+        let leads = FormatSet::all().ac.map_or(0, |ac| ac.patterns_len());
+        assert!((1..=64).contains(&leads), "{leads} leads");
+    }
+
+    #[test]
     fn holds_only_marker_prefixes() {
         let set = Arc::new(FormatSet::none());
         let mut ex = Extractor::new(set, Arc::new(ToolIndex::default()));
@@ -796,7 +822,12 @@ mod tests {
         ]), 0..24)) {
             let set = FormatSet::all();
             let text = parts.concat();
-            let want = set.ac.as_ref().and_then(|ac| ac.find(text.as_str())).map(|m| (m.start(), m.len(), m.pattern().as_usize()));
+            let want = (0..text.len()).find_map(|i| {
+                set.patterns.iter().enumerate()
+                    .filter(|(_, (p, _))| text.as_bytes()[i..].starts_with(p.as_bytes()))
+                    .max_by_key(|(_, (p, _))| p.len())
+                    .map(|(k, (p, _))| (i, p.len(), k))
+            });
             proptest::prop_assert_eq!(set.find(&text), want);
         }
     }
