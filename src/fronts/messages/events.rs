@@ -6,7 +6,10 @@
 //! reasoning is a `thinking` block (closed with a `signature_delta` of ours,
 //! `modelshim.` + a digest of the text: no Anthropic backend would take it
 //! for its own), text a `text` block, each tool call (by its chat `index`) a
-//! `tool_use` block whose input streams as `input_json_delta`.
+//! `tool_use` block whose input streams as `input_json_delta`. Blocks cannot
+//! reopen, so a call that starts while the open call's input is not yet whole
+//! JSON waits (its pieces gathered) and is sent whole once the open one ends:
+//! an upstream that interleaves calls' arguments loses nothing.
 
 use std::collections::BTreeMap;
 
@@ -35,6 +38,12 @@ pub fn new_id() -> String {
     format!("msg_{:016x}{:08x}", fastrand::u64(..), fastrand::u32(..))
 }
 
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Block(usize),
+    Waiting(usize),
+}
+
 pub struct Builder {
     id: String,
     model: String,
@@ -42,8 +51,10 @@ pub struct Builder {
     blocks: Vec<Block>,
     /// Whether the last block is still open.
     open: bool,
-    /// Chat tool-call index → block index.
-    calls: BTreeMap<u32, usize>,
+    /// Chat tool-call index → where its pieces go.
+    calls: BTreeMap<u32, Slot>,
+    /// Calls waiting for the open call to end, in order of arrival.
+    waiting: Vec<Block>,
     finish: Option<String>,
     /// The matched stop string, where the upstream names it (vLLM's `stop_reason`).
     matched: Option<String>,
@@ -59,6 +70,7 @@ impl Builder {
             blocks: Vec::new(),
             open: false,
             calls: BTreeMap::new(),
+            waiting: Vec::new(),
             finish: None,
             matched: None,
             usage: None,
@@ -95,34 +107,46 @@ impl Builder {
             for tc in d.tool_calls.into_iter().flatten() {
                 let ix = tc.index.unwrap_or(0);
                 let f = tc.function.unwrap_or_default();
-                let i = match self.calls.get(&ix) {
-                    Some(&i) => i,
-                    None => {
-                        self.close(out);
-                        let id = tc.id.clone().unwrap_or_else(|| format!("toolu_{:016x}", fastrand::u64(..)));
-                        let name = f.name.clone().unwrap_or_default();
-                        let i = self.blocks.len();
-                        out.push(json!({"type": "content_block_start", "index": i,
-                            "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}));
-                        self.blocks.push(Block::ToolUse { id, name, input: String::new() });
-                        self.open = true;
-                        self.calls.insert(ix, i);
-                        i
-                    }
-                };
                 let args = match f.arguments {
                     Some(Value::String(a)) => a,
                     Some(Value::Null) | None => String::new(),
                     Some(other) => other.to_string(),
                 };
-                if !args.is_empty() {
-                    if let Block::ToolUse { input, .. } = &mut self.blocks[i] {
-                        input.push_str(&args);
+                let slot = match self.calls.get(&ix) {
+                    Some(&slot) => slot,
+                    None => {
+                        let id = tc.id.clone().unwrap_or_else(|| format!("toolu_{:016x}", fastrand::u64(..)));
+                        let name = f.name.clone().unwrap_or_default();
+                        let block = Block::ToolUse { id, name, input: String::new() };
+                        let slot = if self.open_call_unfinished() {
+                            self.waiting.push(block);
+                            Slot::Waiting(self.waiting.len() - 1)
+                        } else {
+                            self.settle(out);
+                            Slot::Block(self.open_block(block, out))
+                        };
+                        self.calls.insert(ix, slot);
+                        slot
                     }
-                    // Blocks stream one after another: a late piece of an
-                    // earlier call is in the final message only.
-                    if self.open && i + 1 == self.blocks.len() {
-                        out.push(delta(i, json!({"type": "input_json_delta", "partial_json": args})));
+                };
+                if args.is_empty() {
+                    continue;
+                }
+                match slot {
+                    Slot::Waiting(w) => {
+                        if let Some(Block::ToolUse { input, .. }) = self.waiting.get_mut(w) {
+                            input.push_str(&args);
+                        }
+                    }
+                    Slot::Block(i) => {
+                        if let Some(Block::ToolUse { input, .. }) = self.blocks.get_mut(i) {
+                            input.push_str(&args);
+                        }
+                        // A piece of a call whose block text or thinking closed
+                        // is in the final message only.
+                        if self.open && i + 1 == self.blocks.len() {
+                            out.push(delta(i, json!({"type": "input_json_delta", "partial_json": args})));
+                        }
                     }
                 }
             }
@@ -144,7 +168,7 @@ impl Builder {
         {
             return self.blocks.len() - 1;
         }
-        self.close(out);
+        self.settle(out);
         let i = self.blocks.len();
         let (block, start) = if thinking {
             (Block::Thinking(String::new()), json!({"type": "thinking", "thinking": "", "signature": ""}))
@@ -155,6 +179,51 @@ impl Builder {
         self.blocks.push(block);
         self.open = true;
         i
+    }
+
+    /// Whether the open block is a call whose input is not yet a whole JSON value.
+    fn open_call_unfinished(&self) -> bool {
+        match self.blocks.last() {
+            Some(Block::ToolUse { input, .. }) if self.open => {
+                !input.trim().is_empty() && serde_json::from_str::<serde::de::IgnoredAny>(input).is_err()
+            }
+            _ => false,
+        }
+    }
+
+    /// Opens a tool-use block (the last one must be closed).
+    fn open_block(&mut self, block: Block, out: &mut Vec<Value>) -> usize {
+        let i = self.blocks.len();
+        if let Block::ToolUse { id, name, .. } = &block {
+            out.push(json!({"type": "content_block_start", "index": i,
+                "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}));
+        }
+        self.blocks.push(block);
+        self.open = true;
+        i
+    }
+
+    /// Closes the open block, then sends each waiting call whole.
+    fn settle(&mut self, out: &mut Vec<Value>) {
+        self.close(out);
+        let waiting = std::mem::take(&mut self.waiting);
+        let base = self.blocks.len();
+        for slot in self.calls.values_mut() {
+            if let Slot::Waiting(w) = *slot {
+                *slot = Slot::Block(base + w);
+            }
+        }
+        for block in waiting {
+            let input = match &block {
+                Block::ToolUse { input, .. } => input.clone(),
+                _ => String::new(),
+            };
+            let i = self.open_block(block, out);
+            if !input.is_empty() {
+                out.push(delta(i, json!({"type": "input_json_delta", "partial_json": input})));
+            }
+            self.close(out);
+        }
     }
 
     fn close(&mut self, out: &mut Vec<Value>) {
@@ -172,7 +241,7 @@ impl Builder {
     /// The closing events: the last block's stop, `message_delta`, `message_stop`.
     pub fn finish(&mut self) -> Vec<Value> {
         let mut out = Vec::new();
-        self.close(&mut out);
+        self.settle(&mut out);
         let (reason, seq) = self.stop();
         out.push(json!({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": seq},
             "usage": self.usage_json()}));
@@ -182,7 +251,7 @@ impl Builder {
 
     /// `stop_reason` and `stop_sequence` from the chat finish reason.
     fn stop(&self) -> (&'static str, Value) {
-        let called = self.blocks.iter().any(|b| matches!(b, Block::ToolUse { .. }));
+        let called = self.blocks.iter().chain(&self.waiting).any(|b| matches!(b, Block::ToolUse { .. }));
         match self.finish.as_deref() {
             Some("tool_calls" | "function_call") => ("tool_use", Value::Null),
             Some("length") => ("max_tokens", Value::Null),
@@ -207,7 +276,9 @@ impl Builder {
 
     /// The message object; `done`: with its content, stop reason and usage.
     fn message_json(&self, done: bool) -> Value {
-        let content: Vec<Value> = if done { self.blocks.iter().map(block_json).collect() } else { Vec::new() };
+        // Waiting calls follow the blocks, as `settle` would send them.
+        let content: Vec<Value> =
+            if done { self.blocks.iter().chain(&self.waiting).map(block_json).collect() } else { Vec::new() };
         let (reason, seq) = if done {
             let (r, s) = self.stop();
             (json!(r), s)
@@ -328,6 +399,49 @@ mod tests {
                    {"type": "tool_use", "id": "c1", "name": "g", "input": {}}])
         );
         assert!(sig.starts_with("modelshim.") && sig.len() == "modelshim.".len() + 32);
+    }
+
+    /// What a streaming client rebuilds: each block's streamed input, by index.
+    fn streamed_inputs(out: &[Value]) -> BTreeMap<u64, String> {
+        let mut m = BTreeMap::new();
+        for e in out {
+            if e["delta"]["type"] == "input_json_delta" {
+                let i = e["index"].as_u64().unwrap_or(u64::MAX);
+                m.entry(i).or_insert_with(String::new).push_str(e["delta"]["partial_json"].as_str().unwrap_or(""));
+            }
+        }
+        m
+    }
+
+    #[test]
+    fn a_late_piece_of_an_earlier_call_still_reaches_a_streaming_client() {
+        let mut b = Builder::new("m", Vec::new());
+        let mut out = Vec::new();
+        for d in [
+            call(0, Some("c0"), Some("f"), "{\"a\""),
+            call(1, Some("c1"), Some("g"), "{\"b\":"),
+            call(0, None, None, ":1}"),
+            call(1, None, None, "2}"),
+            call(2, Some("c2"), Some("h"), "{}"),
+        ] {
+            b.push(chunk(d, None), &mut out);
+        }
+        b.push(chunk(Delta::default(), Some("tool_calls")), &mut out);
+        // The non-streamed answer reads the message without finishing the events.
+        let whole = b.message();
+        out.extend(b.finish());
+        assert_eq!(whole, b.message());
+        let starts: Vec<_> =
+            out.iter().filter(|e| e["type"] == "content_block_start").map(|e| e["index"].clone()).collect();
+        let stops: Vec<_> =
+            out.iter().filter(|e| e["type"] == "content_block_stop").map(|e| e["index"].clone()).collect();
+        assert_eq!(starts, [json!(0), json!(1), json!(2)]);
+        assert_eq!(stops, starts);
+        let inputs = streamed_inputs(&out);
+        assert_eq!(inputs.values().map(String::as_str).collect::<Vec<_>>(), ["{\"a\":1}", "{\"b\":2}", "{}"]);
+        let m = b.message();
+        assert_eq!(m["content"][0]["input"], json!({"a": 1}));
+        assert_eq!(m["content"][1]["input"], json!({"b": 2}));
     }
 
     #[test]
