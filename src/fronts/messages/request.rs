@@ -168,6 +168,11 @@ fn tools(v: Option<&Value>, server_tool: &dyn Fn(&str) -> Option<String>) -> Res
         if base.starts_with("tool_search") {
             continue;
         }
+        if let Some((description, parameters)) = client_defined(base, kind) {
+            let name = t.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()).unwrap_or(base);
+            out.push(json!({"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}));
+            continue;
+        }
         if server_tool(base).is_none() {
             return Err(bad(
                 &param,
@@ -178,6 +183,44 @@ fn tools(v: Option<&Value>, server_tool: &dyn Fn(&str) -> Option<String>) -> Res
         }
     }
     Ok((!out.is_empty()).then_some(out))
+}
+
+/// Anthropic-defined tools that the client runs (`bash_20250124`,
+/// `text_editor_20250728`): their input schemas are Anthropic's, so the vendor
+/// is offered them as functions with those schemas. `computer` needs a display
+/// the vendor's models cannot be told about, so it stays refused.
+fn client_defined(base: &str, kind: &str) -> Option<(&'static str, Value)> {
+    match base {
+        "bash" => Some((
+            "Run a command in a persistent bash shell. Set `restart` to restart the shell.",
+            json!({"type": "object", "properties": {
+                "command": {"type": "string", "description": "The bash command to run."},
+                "restart": {"type": "boolean", "description": "Restart the shell instead of running a command."}}}),
+        )),
+        "text_editor" => {
+            // The 2025-07-28 version dropped `undo_edit`.
+            let commands: &[&str] = if kind == "text_editor_20250728" {
+                &["view", "create", "str_replace", "insert"]
+            } else {
+                &["view", "create", "str_replace", "insert", "undo_edit"]
+            };
+            Some((
+                "View, create and edit text files. `view` shows a file with line numbers (or lists a directory), \
+                 `create` writes `file_text`, `str_replace` replaces the unique `old_str` with `new_str`, \
+                 `insert` adds `new_str` after line `insert_line` (0: at the start).",
+                json!({"type": "object", "required": ["command", "path"], "properties": {
+                    "command": {"type": "string", "enum": commands},
+                    "path": {"type": "string", "description": "Path of the file or directory."},
+                    "file_text": {"type": "string", "description": "The new file's content (`create`)."},
+                    "old_str": {"type": "string", "description": "The exact text to replace (`str_replace`)."},
+                    "new_str": {"type": "string", "description": "The replacement or inserted text."},
+                    "insert_line": {"type": "integer", "description": "The line to insert after (`insert`)."},
+                    "view_range": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2,
+                        "description": "First and last line to view, 1-based; -1: to the end (`view`)."}}}),
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// A server tool's kind without its version date: `web_search_20250305` →
@@ -519,6 +562,28 @@ mod tests {
             Some(json!({"type": "function", "function": {"name": "get"}}))
         );
         assert_eq!(tool_choice(&json!({"type": "none"})).ok(), Some(json!("none")));
+    }
+
+    #[test]
+    fn anthropic_defined_client_tools_become_functions_with_their_schemas() {
+        let body = json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}], "tools": [
+            {"type": "bash_20250124", "name": "bash"},
+            {"type": "text_editor_20250728", "name": "str_replace_based_edit_tool", "max_characters": 1000},
+            {"type": "text_editor_20250124", "name": "str_replace_editor"}]});
+        let r = parse(body.to_string().as_bytes(), &none).unwrap_or_else(|e| panic!("{e}"));
+        let tools = serde_json::to_value(&r.chat.tools).unwrap_or_default();
+        let names: Vec<_> = tools.as_array().into_iter().flatten().map(|t| t["function"]["name"].clone()).collect();
+        assert_eq!(names, [json!("bash"), json!("str_replace_based_edit_tool"), json!("str_replace_editor")]);
+        assert_eq!(tools[0]["function"]["parameters"]["properties"]["command"]["type"], "string");
+        assert_eq!(
+            tools[1]["function"]["parameters"]["properties"]["command"]["enum"],
+            json!(["view", "create", "str_replace", "insert"])
+        );
+        assert_eq!(tools[2]["function"]["parameters"]["properties"]["command"]["enum"][4], "undo_edit");
+        assert_eq!(tools[1]["function"]["parameters"]["required"], json!(["command", "path"]));
+        let computer = json!({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}],
+            "tools": [{"type": "computer_20250124", "name": "computer", "display_width_px": 1024, "display_height_px": 768}]});
+        assert!(parse(computer.to_string().as_bytes(), &none).is_err());
     }
 
     #[test]
