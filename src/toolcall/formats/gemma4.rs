@@ -118,7 +118,7 @@ impl<'a> Reader<'a> {
         let raw = self.bare()?;
         Some(match schema {
             Some(_) => typing::coerce(raw, schema),
-            None => serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string())),
+            None => untyped(raw),
         })
     }
 
@@ -169,6 +169,23 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// An untyped bare scalar: a JSON literal, or a number with a trailing dot
+/// (`108.`, Python's float spelling), else the text.
+fn untyped(raw: &str) -> Value {
+    if let Ok(v) = serde_json::from_str(raw) {
+        return v;
+    }
+    let num = raw.strip_suffix('.').filter(|n| {
+        let d = n.strip_prefix('-').unwrap_or(n);
+        !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())
+    });
+    // `01.` stays text, as `01` does.
+    if let Some(v) = num.and_then(|n| serde_json::from_str::<Value>(n).ok()) {
+        return v;
+    }
+    Value::String(raw.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,6 +200,11 @@ mod tests {
             Some(json!({"a": "x, {y}", "n": -2.5, "l": [1, "b"], "o": {"k": null}, "z": "02139"}))
         );
         assert_eq!(r.i, s.len());
+        // vLLM test_gemma4_tool_parser.py::test_trailing_dot_float_partial_withheld
+        assert_eq!(
+            Reader { s: "{l:108.,r:-3.,z:01.}", i: 0 }.value(None),
+            Some(json!({"l": 108, "r": -3, "z": "01."}))
+        );
         assert_eq!(Reader { s: "{a:1", i: 0 }.value(None), None);
     }
 }
