@@ -228,6 +228,10 @@ fn qwen_params<'a>(inner: &'a str, schema: Option<&Value>) -> Vec<(&'a str, &'a 
     out
 }
 
+/// Most tags [`param_close`] walks inside one value before it leaves the
+/// value to the plain structural reading.
+const MAX_NESTED_TAGS: usize = 256;
+
 /// The `</parameter>` that closes the value starting at `start`, when the
 /// value holds Qwen markup as text (a file with a tool call in it):
 /// `<parameter=…>`…`</parameter>` pairs inside it are skipped, and a close at
@@ -238,7 +242,11 @@ fn param_close(inner: &str, start: usize, props: Option<&serde_json::Map<String,
     let mut depth = 0usize;
     let mut open = find(inner, PARAM, start);
     let mut close = find(inner, PARAM_END, start);
-    while let Some(c) = close {
+    // Bounded, so text full of unclosed tags costs no more than before.
+    for _ in 0..MAX_NESTED_TAGS {
+        let Some(c) = close else {
+            return None;
+        };
         if let Some(o) = open.filter(|&o| o < c) {
             if matches!(name_until_gt(inner, o + PARAM.len()), Name::Done(..)) {
                 depth += 1;
