@@ -244,9 +244,7 @@ fn param_close(inner: &str, start: usize, props: Option<&serde_json::Map<String,
     let mut close = find(inner, PARAM_END, start);
     // Bounded, so text full of unclosed tags costs no more than before.
     for _ in 0..MAX_NESTED_TAGS {
-        let Some(c) = close else {
-            return None;
-        };
+        let c = close?;
         if let Some(o) = open.filter(|&o| o < c) {
             if matches!(name_until_gt(inner, o + PARAM.len()), Name::Done(..)) {
                 depth += 1;
