@@ -415,7 +415,7 @@ fn peer_cases_pass_rate() {
         println!("FAIL {l}");
     }
     if std::env::var("TOOLCALL_FORMAT").is_err() {
-        assert!(cases.len() >= 479, "peer cases missing ({} loaded)", cases.len());
+        assert!(cases.len() >= 957, "peer cases missing ({} loaded)", cases.len());
     }
     assert!(hard.is_empty(), "negative or disputed peer cases fail:\n{}", hard.join("\n"));
     let low: Vec<String> =

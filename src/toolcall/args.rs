@@ -145,7 +145,65 @@ pub fn loads(text: &str) -> Option<Value> {
     if scan::bracket_depth(text) > MAX_DEPTH || has_prose(text) {
         return None;
     }
-    llm_json::loads(text, &llm_json::RepairOptions::default()).ok()
+    python_json(text).or_else(|| llm_json::loads(text, &llm_json::RepairOptions::default()).ok())
+}
+
+/// JSON written in Python's spelling (`'single'` quoted strings, `True`,
+/// `False`, `None`), read exactly; `None` when the rewrite is not JSON. The
+/// repairer mangles some of these (an array of dicts mixing quote styles
+/// came back as its first dict).
+fn python_json(text: &str) -> Option<Value> {
+    let mut out = String::with_capacity(text.len() + 8);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' => {
+                out.push('"');
+                loop {
+                    let c = chars.next()?;
+                    out.push(c);
+                    if c == '\\' {
+                        out.push(chars.next()?);
+                    } else if c == '"' {
+                        break;
+                    }
+                }
+            }
+            '\'' => {
+                out.push('"');
+                loop {
+                    match chars.next()? {
+                        '\\' => match chars.next()? {
+                            '\'' => out.push('\''),
+                            e => {
+                                out.push('\\');
+                                out.push(e);
+                            }
+                        },
+                        '\'' => break,
+                        '"' => out.push_str("\\\""),
+                        other => out.push(other),
+                    }
+                }
+                out.push('"');
+            }
+            c if c.is_ascii_alphabetic() || c == '_' => {
+                let mut word = String::from(c);
+                while let Some(&n) = chars.peek().filter(|n| n.is_ascii_alphanumeric() || **n == '_') {
+                    word.push(n);
+                    chars.next();
+                }
+                out.push_str(match word.as_str() {
+                    "True" => "true",
+                    "False" => "false",
+                    "None" => "null",
+                    w => w,
+                });
+            }
+            other => out.push(other),
+        }
+    }
+    serde_json::from_str(&out).ok()
 }
 
 /// Whether near-JSON holds words that are neither a literal, a number nor
@@ -231,6 +289,20 @@ mod tests {
         assert_eq!(json_arguments("").as_deref(), Some("{}"));
         assert_eq!(json_arguments(r#""{\"a\":1}""#).as_deref(), Some(r#"{"a":1}"#));
         assert_eq!(json_arguments("[1]"), None);
+    }
+
+    // SGLang test_qwen3_coder_detector/test_cases.py::test_complex_schema_toolcall
+    #[test]
+    fn python_spelled_json_is_read_exactly() {
+        let t = "[\n {\"content\": \"a\", \"status\": 'pending'},\n {\"content\": \"b\", \"status\": \"done\"}\n]";
+        assert_eq!(
+            loads(t),
+            Some(serde_json::json!([{"content": "a", "status": "pending"}, {"content": "b", "status": "done"}]))
+        );
+        assert_eq!(
+            loads(r#"{'k': 'it\'s "x"', 'n': None, 'b': True}"#),
+            Some(serde_json::json!({"k": "it's \"x\"", "n": null, "b": true}))
+        );
     }
 
     #[test]

@@ -76,7 +76,7 @@ pub fn coerce(raw: &str, schema: Option<&Value>) -> Value {
                 "false" | "0" | "no" | "off" => Some(Value::Bool(false)),
                 _ => None,
             },
-            "object" | "array" | "dict" | "list" => structured(t),
+            "object" | "array" | "dict" | "list" => container(t),
             _ => None,
         };
         if let Some(v) = v {
@@ -102,6 +102,18 @@ fn float(t: &str) -> Option<Value> {
         return Some(Value::from(f as i64));
     }
     Number::from_f64(f).map(Value::Number)
+}
+
+/// A value for an object/array parameter. A JSON string holding the
+/// container (`"{'k': 'v'}"`, from templates that `json.dumps(str(dict))`)
+/// is read one level down.
+fn container(t: &str) -> Option<Value> {
+    match structured(t)? {
+        Value::String(inner) => {
+            Some(structured(inner.trim()).filter(|v| v.is_object() || v.is_array()).unwrap_or(Value::String(inner)))
+        }
+        v => Some(v),
+    }
 }
 
 /// JSON, then JSON written with its quotes escaped (`[{\"id\": 1}]`, as GLM
@@ -174,6 +186,11 @@ mod tests {
             json!([{"id": "1", "p": "C:\\U"}])
         );
         assert_eq!(coerce(r#"{\"a\": [1]}"#, Some(&json!({"type": "object"}))), json!({"a": [1]}));
+        // vLLM test_qwen3_xml_coder_shared.py::test_double_encoded_object_param_nonstreaming
+        let object = json!({"type": "object"});
+        assert_eq!(coerce(r#""{'key': 'value', 'n': 1}""#, Some(&object)), json!({"key": "value", "n": 1}));
+        assert_eq!(coerce(r#""[1, 2]""#, Some(&array)), json!([1, 2]));
+        assert_eq!(coerce(r#""plain""#, Some(&object)), json!("plain"));
         // A string parameter keeps the text as written.
         assert_eq!(coerce(r#"[{\"id\": 1}]"#, Some(&json!({"type": "string"}))), json!(r#"[{\"id\": 1}]"#));
     }

@@ -22,6 +22,7 @@ const OPEN: &str = "<|tool_call>";
 const CLOSE: &str = "<tool_call|>";
 const CALL: &str = "call:";
 const QUOTE: &str = "<|\"|>";
+const TURN_END: &str = "<turn|>";
 
 impl Format for Gemma4 {
     fn name(&self) -> &'static str {
@@ -33,7 +34,11 @@ impl Format for Gemma4 {
     }
 
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
-        let start = skip_ws(region, OPEN.len());
+        let mut start = skip_ws(region, OPEN.len());
+        // `<|tool_call>:call:…`: a stray colon after the token (vLLM's fallback).
+        if region[start..].starts_with(':') {
+            start = skip_ws(region, start + 1);
+        }
         match xml::peek(region, start, &[CALL]) {
             Peek::Is(_) => {}
             Peek::Maybe => return xml::more(region, ctx),
@@ -51,21 +56,29 @@ impl Format for Gemma4 {
         if !xml::plausible_name(name) {
             return Step::Reject;
         }
+        // The call ends at `<tool_call|>`, or at `<turn|>` (Gemma sometimes
+        // closes the call with the end of its turn) when that comes first or
+        // the output ends without the call's own close.
         let close = find(region, CLOSE, brace);
-        if close.is_none() && !ctx.eof {
-            return Step::Need(Wait::Marker { marker: CLOSE, from: brace });
-        }
-        let body = &region[..close.unwrap_or(region.len())];
+        let turn = find(region, TURN_END, brace);
+        let end = match (close, turn) {
+            (Some(c), Some(t)) if t < c => Some((t, TURN_END.len(), false)),
+            (Some(c), _) => Some((c, CLOSE.len(), true)),
+            (None, _) if !ctx.eof => return Step::Need(Wait::Marker { marker: CLOSE, from: brace }),
+            (None, t) => t.map(|t| (t, TURN_END.len(), false)),
+        };
+        let body = &region[..end.map_or(region.len(), |(e, _, _)| e)];
         let schema = ctx.tools.schema(name);
         let mut p = Reader { s: body, i: brace };
         let Some(args) = p.value(schema) else {
             return Step::Reject;
         };
-        // Without the closing tag (end of output) nothing may follow.
-        let consumed = match close {
-            Some(c) => c + CLOSE.len(),
-            None if body[p.i..].trim().is_empty() => region.len(),
-            None => return Step::Reject,
+        // Without the call's own close nothing may follow the arguments.
+        let consumed = match end {
+            Some((e, len, true)) => e + len,
+            _ if !body[p.i..].trim().is_empty() => return Step::Reject,
+            Some((e, len, false)) => e + len,
+            None => region.len(),
         };
         Step::Done(Parsed { consumed, calls: vec![RawCall::value(name, args)], ..Default::default() })
     }
@@ -118,7 +131,7 @@ impl<'a> Reader<'a> {
         let raw = self.bare()?;
         Some(match schema {
             Some(_) => typing::coerce(raw, schema),
-            None => serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string())),
+            None => untyped(raw),
         })
     }
 
@@ -169,6 +182,23 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// An untyped bare scalar: a JSON literal, or a number with a trailing dot
+/// (`108.`, Python's float spelling), else the text.
+fn untyped(raw: &str) -> Value {
+    if let Ok(v) = serde_json::from_str(raw) {
+        return v;
+    }
+    let num = raw.strip_suffix('.').filter(|n| {
+        let d = n.strip_prefix('-').unwrap_or(n);
+        !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())
+    });
+    // `01.` stays text, as `01` does.
+    if let Some(v) = num.and_then(|n| serde_json::from_str::<Value>(n).ok()) {
+        return v;
+    }
+    Value::String(raw.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -183,6 +213,23 @@ mod tests {
             Some(json!({"a": "x, {y}", "n": -2.5, "l": [1, "b"], "o": {"k": null}, "z": "02139"}))
         );
         assert_eq!(r.i, s.len());
+        // vLLM test_gemma4_regex_and_bare_calls.py: `<turn|>` closes a call, a
+        // stray colon may follow the opening token.
+        let tools = crate::toolcall::ToolIndex::open();
+        let ctx = Ctx { tools: &tools, eof: true, at_start: true };
+        let s = "<|tool_call>:call:gdb{a:1}<turn|> after";
+        let Step::Done(p) = Gemma4.parse(s, &ctx) else { panic!("no call") };
+        assert_eq!((p.calls.len(), &s[p.consumed..]), (1, " after"));
+        let Step::Done(p) = Gemma4.parse("<|tool_call>call:f{a:1}<turn|>x<tool_call|>", &Ctx { eof: false, ..ctx })
+        else {
+            panic!("no call")
+        };
+        assert_eq!(p.consumed, "<|tool_call>call:f{a:1}<turn|>".len());
+        // vLLM test_gemma4_tool_parser.py::test_trailing_dot_float_partial_withheld
+        assert_eq!(
+            Reader { s: "{l:108.,r:-3.,z:01.}", i: 0 }.value(None),
+            Some(json!({"l": 108, "r": -3, "z": "01."}))
+        );
         assert_eq!(Reader { s: "{a:1", i: 0 }.value(None), None);
     }
 }

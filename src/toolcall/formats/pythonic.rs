@@ -57,7 +57,7 @@ fn list(region: &str, open: usize, ctx: &Ctx<'_>) -> Step {
     let calls = match p.calls(Some(b']')) {
         Ok(calls) => calls,
         Err(Fail::Bad) => return Step::Reject,
-        Err(Fail::Eof) if ctx.eof => return Step::Reject,
+        Err(Fail::Eof) if ctx.eof => return salvage(region, open).map_or(Step::Reject, Step::Done),
         // Until the first `(` the region may still be prose: wait byte by
         // byte (bounded by NAME_MAX); after it, wait for the list to close.
         Err(Fail::Eof) if !region[open..].contains('(') => {
@@ -85,6 +85,57 @@ fn list(region: &str, open: usize, ctx: &Ctx<'_>) -> Step {
         }
     }
     Step::Done(Parsed { consumed, calls, ..Default::default() })
+}
+
+/// At the end of the output, a list that never closes because one element
+/// broke its quotes (`[f(a=1), g(a='x 'y')]`): the calls that parse stand,
+/// read call by call up to the `]` that ends the text or a line; the broken
+/// element's markup goes with the list. The first element must be a call.
+fn salvage(region: &str, open: usize) -> Option<Parsed> {
+    let tail = region.trim_end();
+    let close = if tail.ends_with(']') { tail.len() - 1 } else { find(region, "]\n", open)? };
+    let body = &region.as_bytes()[..close];
+    let mut p = Py { s: body, i: open + 1, depth: 0 };
+    let mut calls = Vec::new();
+    loop {
+        let start = p.i;
+        match p.call() {
+            Ok(c) => {
+                calls.push(c);
+                match p.peek() {
+                    Ok(b',') => p.i += 1,
+                    Err(Fail::Eof) => break,
+                    _ => p.i = next_call(body, p.i)?,
+                }
+            }
+            Err(_) if calls.is_empty() => return None,
+            Err(_) => match next_call(body, start + 1) {
+                Some(k) => p.i = k,
+                None => break,
+            },
+        }
+    }
+    Some(Parsed { consumed: close + 1, calls, ..Default::default() })
+}
+
+/// Just past the next `,` in `s` from `from` that a `name(` follows.
+fn next_call(s: &[u8], from: usize) -> Option<usize> {
+    (from..s.len())
+        .find(|&k| {
+            if s[k] != b',' {
+                return false;
+            }
+            let mut j = k + 1;
+            while j < s.len() && s[j].is_ascii_whitespace() {
+                j += 1;
+            }
+            let name = j;
+            while j < s.len() && (s[j].is_ascii_alphanumeric() || s[j] == b'_' || s[j] == b'.') {
+                j += 1;
+            }
+            j > name && !s[name].is_ascii_digit() && s.get(j) == Some(&b'(')
+        })
+        .map(|k| k + 1)
 }
 
 /// `<|python_start|>f(a=1), g()<|python_end|>` without brackets.
@@ -430,6 +481,21 @@ mod tests {
                 ("h.i".into(), json!({})),
             ])
         );
+    }
+
+    fn parse_eof(s: &str) -> Step {
+        let tools = crate::toolcall::ToolIndex::open();
+        Pythonic.parse(s, &Ctx { tools: &tools, eof: true, at_start: true })
+    }
+
+    #[test]
+    fn salvages_calls_beside_a_broken_quote() {
+        let Step::Done(p) = parse_eof("[f(a=1), g(a='x 'y', b='z'), h(c=2)]") else { panic!("no salvage") };
+        let names: Vec<&str> = p.calls.iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["f", "h"]);
+        // Nothing parses: it stays text.
+        assert!(matches!(parse_eof("[g(a='x 'y')]"), Step::Reject));
+        assert!(matches!(parse_eof("[see 'it's here'] and f(a=1)"), Step::Reject));
     }
 
     #[test]

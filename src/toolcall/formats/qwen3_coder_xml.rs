@@ -114,6 +114,18 @@ mod tests {
         assert_eq!(calls[0].args, Args::Value(json!({"a": "x</tool_call>y"})));
     }
 
+    // vLLM test_qwen3_xml_coder_shared.py::test_content_with_full_nested_tool_call_nonstreaming
+    #[test]
+    fn a_call_written_inside_a_value_is_text() {
+        let doc = "<tool_call>\n<function=w>\n<parameter=c>\nhi\n</parameter>\n</function>\n</tool_call>";
+        let s =
+            format!("<tool_call>\n<function=w>\n<parameter=c>\n{doc}\n</parameter>\n</function>\n</tool_call> after");
+        let Step::Done(Parsed { consumed, calls, .. }) = parse(&s, false) else { panic!("not done") };
+        assert_eq!(&s[consumed..], " after");
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].args, Args::Value(json!({ "c": doc })));
+    }
+
     #[test]
     fn bare_function_consumes_a_stray_close() {
         let s = "<function=f>\n</function>\n</tool_call> after";

@@ -213,7 +213,7 @@ fn qwen_params<'a>(inner: &'a str, schema: Option<&Value>) -> Vec<(&'a str, &'a 
         };
         let key = inner[at + PARAM.len()..gt].trim();
         let start = gt + 1;
-        let closed = structural(inner, PARAM_END, start, &[PARAM]);
+        let closed = param_close(inner, start, props).or_else(|| structural(inner, PARAM_END, start, &[PARAM]));
         let implied = implied_param(inner, start, &out, key, props);
         let (end, after) = match (closed, implied) {
             (Some(c), Some(p)) if p < c => (p, Some(p)),
@@ -226,6 +226,50 @@ fn qwen_params<'a>(inner: &'a str, schema: Option<&Value>) -> Vec<(&'a str, &'a 
         next = after;
     }
     out
+}
+
+/// Most tags [`param_close`] walks inside one value before it leaves the
+/// value to the plain structural reading.
+const MAX_NESTED_TAGS: usize = 256;
+
+/// The `</parameter>` that closes the value starting at `start`, when the
+/// value holds Qwen markup as text (a file with a tool call in it):
+/// `<parameter=…>`…`</parameter>` pairs inside it are skipped, and a close at
+/// depth 0 counts when the end or a declared `<parameter=NAME>` follows.
+/// `None` leaves it to the plain structural reading.
+fn param_close(inner: &str, start: usize, props: Option<&serde_json::Map<String, Value>>) -> Option<usize> {
+    let declared = |name: &str| props.is_none_or(|m| m.is_empty() || m.contains_key(name));
+    let mut depth = 0usize;
+    let mut open = find(inner, PARAM, start);
+    let mut close = find(inner, PARAM_END, start);
+    // Bounded, so text full of unclosed tags costs no more than before.
+    for _ in 0..MAX_NESTED_TAGS {
+        let c = close?;
+        if let Some(o) = open.filter(|&o| o < c) {
+            if matches!(name_until_gt(inner, o + PARAM.len()), Name::Done(..)) {
+                depth += 1;
+            }
+            open = find(inner, PARAM, o + PARAM.len());
+            continue;
+        }
+        let end = c + PARAM_END.len();
+        close = find(inner, PARAM_END, end);
+        if depth > 0 {
+            depth -= 1;
+            continue;
+        }
+        let after = skip_escaped_ws(inner, end);
+        if after == inner.len() {
+            return Some(c);
+        }
+        if inner[after..].starts_with(PARAM) {
+            match name_until_gt(inner, after + PARAM.len()) {
+                Name::Done(name, _) if !declared(name) => {}
+                _ => return Some(c),
+            }
+        }
+    }
+    None
 }
 
 /// The next `<parameter=NAME>` after `from` that can start a new parameter.
@@ -259,9 +303,16 @@ pub fn qwen_block(region: &str, open: &str, close: &'static str, ctx: &Ctx<'_>) 
     if let Some(step) = qwen_opening(region, body, ctx) {
         return step;
     }
+    // A `<tool_call>` inside the body is text in a value (a file holding a
+    // call): the close that pairs with it is text too. Counted as the
+    // candidates come, so the scan stays linear.
+    let seen = std::cell::Cell::new((body, 0usize, 0usize));
     let closed = |c: usize| {
+        let (from, mut opens, closes) = seen.get();
+        opens += region[from.min(c)..c].matches(open).count();
+        seen.set((c, opens, closes + 1));
         let before = region[body..c].trim_end();
-        before.ends_with(FUNCTION_END) || before.ends_with(PARAM_END)
+        opens <= closes && (before.ends_with(FUNCTION_END) || before.ends_with(PARAM_END))
     };
     match find_close(region, body, close, ctx, closed) {
         Err(step) => step,
@@ -461,6 +512,22 @@ mod tests {
     fn qwen_parameter_structure() {
         let inner = "\n<parameter=code>\na</parameter>b\n</parameter>\n<parameter=n>\n1\n</parameter>\n";
         assert_eq!(qwen_params(inner, None), vec![("code", "a</parameter>b"), ("n", "1")]);
+        // Qwen markup inside a value is text (vLLM test_qwen3_xml_coder_shared.py
+        // test_content_with_param_like_lines / _full_nested_tool_call).
+        let schema = serde_json::json!({"properties": {"path": {}, "content": {}}});
+        let inner = "<parameter=content>\nT = \"\"\"\n</parameter>\n<parameter=new_string>\nx\n</parameter>\n\"\"\"\n</parameter>\n";
+        assert_eq!(
+            qwen_params(inner, Some(&schema)),
+            vec![("content", "T = \"\"\"\n</parameter>\n<parameter=new_string>\nx\n</parameter>\n\"\"\"")]
+        );
+        let inner = "<parameter=path>\np\n</parameter>\n<parameter=content>\n<parameter=path>\nq\n</parameter>\n<parameter=content>\nhi\n</parameter>\nend\n</parameter>\n";
+        assert_eq!(
+            qwen_params(inner, Some(&schema)),
+            vec![
+                ("path", "p"),
+                ("content", "<parameter=path>\nq\n</parameter>\n<parameter=content>\nhi\n</parameter>\nend")
+            ]
+        );
         // Missing `</parameter>`: the next unseen parameter ends the value.
         let inner = "<parameter=a>\nx\n<parameter=b>\ny\n</parameter>";
         assert_eq!(qwen_params(inner, None), vec![("a", "x"), ("b", "y")]);
