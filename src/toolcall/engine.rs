@@ -76,6 +76,8 @@ pub struct FormatSet {
     /// The patterns by first byte, longest first.
     by_first: Vec<Vec<Prefix>>,
     start_byte: [bool; 256],
+    /// Tokens that end an unclosed reasoning block ([`Format::ends_reasoning`]).
+    reasoning_breaks: Vec<&'static str>,
 }
 
 impl std::fmt::Debug for FormatSet {
@@ -131,6 +133,10 @@ impl FormatSet {
                 }
             }
         }
+        let mut reasoning_breaks: Vec<&'static str> =
+            formats.iter().flat_map(|f| f.ends_reasoning()).copied().collect();
+        reasoning_breaks.sort_unstable();
+        reasoning_breaks.dedup();
         let mut first_byte = [false; 256];
         for (p, _) in &patterns {
             if let Some(b) = p.as_bytes().first() {
@@ -153,7 +159,7 @@ impl FormatSet {
         leads.sort_unstable();
         leads.dedup();
         let ac = AhoCorasick::builder().match_kind(MatchKind::LeftmostFirst).build(leads).ok();
-        FormatSet { formats, patterns, ac, max_len, first_byte, by_first, start_byte }
+        FormatSet { formats, patterns, ac, max_len, first_byte, by_first, start_byte, reasoning_breaks }
     }
 
     pub fn names(&self) -> Vec<&'static str> {
@@ -303,6 +309,15 @@ pub struct Extractor {
     spare: Vec<Cand>,
     /// The calls of the region being finished (empty between regions).
     calls: Vec<super::Call>,
+    /// Reasoning is held from a token that may end it unclosed.
+    broken: Option<Broken>,
+}
+
+/// A reasoning block held from an [`Format::ends_reasoning`] token.
+#[derive(Clone, Copy)]
+struct Broken {
+    /// Bytes of the held text already searched for the block's close.
+    scanned: usize,
 }
 
 impl Extractor {
@@ -326,6 +341,7 @@ impl Extractor {
             rejected: false,
             spare: Vec::new(),
             calls: Vec::new(),
+            broken: None,
         }
     }
 
@@ -465,7 +481,11 @@ impl Extractor {
     }
 
     fn step_reasoning(&mut self, close: &'static str, eof: bool, out: &mut Vec<Event>) -> bool {
-        if let Some(pos) = memmem::find(self.rest().as_bytes(), close.as_bytes()) {
+        let rest = self.rest().as_bytes();
+        let from = self.broken.map_or(0, |b| b.scanned.min(rest.len()));
+        if let Some(pos) = memmem::find(&rest[from..], close.as_bytes()).map(|p| p + from) {
+            // Closed after all: a breaking token before it was reasoning text.
+            self.broken = None;
             self.emit_reasoning_to(pos, out);
             self.head += close.len();
             self.state = State::Text;
@@ -474,7 +494,38 @@ impl Extractor {
             self.sep_after = false;
             return true;
         }
-        let hold = if eof { 0 } else { suffix_prefix_len(self.rest(), close) };
+        if self.broken.is_none()
+            && let Some(b) = self.set.reasoning_breaks.iter().filter_map(|t| memmem::find(rest, t.as_bytes())).min()
+        {
+            self.emit_reasoning_to(b, out);
+            self.broken = Some(Broken { scanned: 0 });
+        }
+        if self.broken.is_some() {
+            // Held from the token on: calls if the reasoning never closes,
+            // reasoning if `close` still comes (or the hold grows too big).
+            let len = self.rest().len();
+            if eof {
+                self.broken = None;
+                self.state = State::Text;
+                self.ws.clear();
+                self.trim_next = true;
+                self.sep_after = false;
+                return true;
+            }
+            if len > MAX_REGION {
+                self.broken = None;
+                self.emit_reasoning_to(len, out);
+            } else {
+                self.broken = Some(Broken { scanned: len.saturating_sub(close.len() - 1) });
+            }
+            return false;
+        }
+        let hold = if eof {
+            0
+        } else {
+            let breaks = self.set.reasoning_breaks.iter().map(|b| suffix_prefix_len(self.rest(), b));
+            breaks.fold(suffix_prefix_len(self.rest(), close), usize::max)
+        };
         self.emit_reasoning_to(self.rest().len() - hold, out);
         false
     }
@@ -843,6 +894,22 @@ mod tests {
         }
         ex.finish(&mut out);
         Extraction::from_events(out)
+    }
+
+    #[test]
+    fn reasoning_held_from_a_breaking_token_is_bounded() {
+        let set = Arc::new(FormatSet::all());
+        let mut ex = Extractor::with_options(set, Arc::new(ToolIndex::open()), Options { starts_in_reasoning: true });
+        let mut out = Vec::new();
+        ex.feed("hm <|tool_calls_section_begin|>", &mut out);
+        let piece = "x".repeat(1 << 20);
+        for _ in 0..9 {
+            ex.feed(&piece, &mut out);
+        }
+        assert!(ex.rest().len() < MAX_REGION, "held {}", ex.rest().len());
+        ex.finish(&mut out);
+        let got = Extraction::from_events(out);
+        assert!(got.calls.is_empty() && got.reasoning.len() > 9 << 20);
     }
 
     #[test]

@@ -59,6 +59,11 @@ pub trait Format: Sync {
     fn strays(&self) -> &'static [&'static str] {
         &[]
     }
+    /// Special tokens that end a reasoning block the model left open: it
+    /// started its calls while still thinking (Kimi-K2 without `</think>`).
+    fn ends_reasoning(&self) -> &'static [&'static str] {
+        &[]
+    }
     /// Parse the region. `region` starts at the marker (or at the start byte).
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step;
 }

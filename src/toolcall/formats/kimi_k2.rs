@@ -37,6 +37,11 @@ impl Format for KimiK2 {
         &[FRAME.section_end, FRAME.call_end]
     }
 
+    /// SGLang's Kimi-K2 reasoning parser ends the thinking at the section token too.
+    fn ends_reasoning(&self) -> &'static [&'static str] {
+        &[FRAME.section_begin]
+    }
+
     fn parse(&self, region: &str, ctx: &Ctx<'_>) -> Step {
         framed(region, ctx, &FRAME, |body, complete| call(body, complete, ctx.tools))
     }
