@@ -35,4 +35,6 @@ pub struct Core {
     pub tools: Option<Arc<crate::tools::Registry>>,
     /// What one request may weigh and its answer hold (`[limits]`).
     pub limits: crate::config::limits::LimitsConfig,
+    /// The Responses front's settings and reasoning keys.
+    pub responses: Arc<crate::fronts::responses::Settings>,
 }

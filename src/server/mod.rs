@@ -97,8 +97,16 @@ impl AppState {
         let tools = crate::tools::Registry::new(config.tools.as_ref(), config.mcp.as_ref(), skills)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let discovery = models::Discovery::new(&providers);
-        let core =
-            Core { providers, upstream, store, state_ttl: config.state.ttl(), tools, limits: config.limits.clone() };
+        let responses = Arc::new(responses::Settings::new(&config.responses).map_err(ConfigError::Invalid)?);
+        let core = Core {
+            providers,
+            upstream,
+            store,
+            state_ttl: config.state.ttl(),
+            tools,
+            limits: config.limits.clone(),
+            responses,
+        };
         Ok(Arc::new(AppState {
             core: Arc::new(core),
             edge: edge::Edge::new(auth, config.limits.clone()),
@@ -214,6 +222,7 @@ fn router(state: Shared) -> Router {
     let fronts = Router::new()
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/responses", post(responses::create))
+        .route("/v1/responses/compact", post(responses::compact))
         .route("/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
         .route("/v1/responses/{id}/input_items", get(responses::input_items))
         .route("/v1/messages", post(messages::create))
