@@ -62,18 +62,25 @@ impl Keyring {
         Ok((!keys.is_empty()).then_some(Keyring { keys, shared: true }))
     }
 
-    /// One random key for this process.
+    /// A fresh random key.
     pub fn random() -> Keyring {
         Keyring { keys: vec![XChaCha20Poly1305::new(&XChaCha20Poly1305::generate_key(&mut OsRng))], shared: false }
     }
 
-    /// The keys named by the environment variable `var`, else a random one.
+    /// The random key of this process (made once: a config reload keeps it).
+    pub fn process() -> Keyring {
+        static KEY: std::sync::OnceLock<chacha20poly1305::Key> = std::sync::OnceLock::new();
+        let key = KEY.get_or_init(|| XChaCha20Poly1305::generate_key(&mut OsRng));
+        Keyring { keys: vec![XChaCha20Poly1305::new(key)], shared: false }
+    }
+
+    /// The keys named by the environment variable `var`, else the process's.
     pub fn from_env(var: &str) -> Result<Keyring, String> {
         match std::env::var(var) {
             Ok(list) => {
-                Ok(Keyring::from_list(&list).map_err(|e| format!("{var}: {e}"))?.unwrap_or_else(Keyring::random))
+                Ok(Keyring::from_list(&list).map_err(|e| format!("{var}: {e}"))?.unwrap_or_else(Keyring::process))
             }
-            Err(_) => Ok(Keyring::random()),
+            Err(_) => Ok(Keyring::process()),
         }
     }
 
