@@ -1,0 +1,375 @@
+//! Codex CLI itself, headless (`codex exec`), through the Responses front
+//! (issue #31): the pinned `@openai/codex` from npm, installed on first run
+//! under cargo's target tmp dir, HOME a temp dir whose config points a
+//! `[model_providers]` entry (`wire_api = "responses"`) at the proxy, and
+//! nothing but loopback reachable. The task, in a temp git repo, needs
+//! Codex's own `exec_command` tool: create a file, read it back, answer.
+//! The scripted chat-completions upstream writes its tool calls as Hermes
+//! `<tool_call>` text. In the DeepSeek-like variant it thinks on every turn
+//! and answers 400 unless every earlier tool-call turn's reasoning comes
+//! back; Codex sends `store: false`, and a relay in front of the proxy
+//! strips the readable reasoning from what Codex sends back, so it can come
+//! only through the proxy's `encrypted_content`. The relay also keeps what
+//! Codex sent, shown when a test fails.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
+
+mod common;
+#[path = "support/pyenv.rs"]
+mod pyenv;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use modelshim::config::Config;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use wiremock::matchers::method;
+use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
+
+/// The pinned Codex CLI (npm `@openai/codex`).
+const CODEX: &str = "0.171.0";
+const KEY: &str = "proxy-test-key-codex-0171";
+/// The reasoning of each tool-call turn, which must come back.
+const REASONING: [&str; 2] =
+    ["I should create notes.txt with a shell command.", "Now read notes.txt back to check it."];
+const ANSWER: &str = "notes.txt says: status: draft";
+
+/// An npm folder with the pinned Codex; its `codex` launcher.
+fn codex_env() -> PathBuf {
+    let dir = pyenv::sdk_dir().join("codex");
+    let bin = dir.join("node_modules/.bin/codex");
+    let ready = || {
+        std::fs::read_to_string(dir.join("node_modules/@openai/codex/package.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .is_some_and(|v| v["version"] == CODEX)
+            && pyenv::run(Command::new(&bin).arg("--version")).is_ok_and(|v| v.contains(CODEX))
+    };
+    pyenv::locked("codex", ready, || {
+        std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("package.json"), r#"{"private": true}"#).map_err(|e| e.to_string())?;
+        pyenv::run(
+            Command::new("npm")
+                .args(["install", "--no-audit", "--no-fund", "--loglevel=error"])
+                .arg(format!("@openai/codex@{CODEX}"))
+                .current_dir(&dir),
+        )
+        .map(drop)
+    });
+    bin
+}
+
+type Log = Arc<Mutex<Vec<Value>>>;
+
+fn err400(message: &str) -> ResponseTemplate {
+    ResponseTemplate::new(400).set_body_json(
+        json!({"error": {"message": message, "type": "invalid_request_error", "param": null, "code": null}}),
+    )
+}
+
+fn hermes(name: &str, args: Value) -> String {
+    format!("<tool_call>\n{}\n</tool_call>", json!({"name": name, "arguments": args}))
+}
+
+/// The upstream: `coder` writes a file, reads it back, answers with what
+/// the read returned; anything else (a request without tools) says a line.
+struct Upstream {
+    log: Log,
+    /// Thinks on every turn and wants the reasoning back (DeepSeek).
+    thinks: bool,
+}
+
+impl Respond for Upstream {
+    fn respond(&self, r: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&r.body).unwrap();
+        self.log.lock().unwrap().push(body.clone());
+        let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+        let (reasoning, content) = if body["model"] == "coder" && body.get("tools").is_some() {
+            if self.thinks {
+                let turns = msgs.iter().filter(|m| m["role"] == "assistant" && m.get("tool_calls").is_some());
+                for (k, m) in turns.enumerate() {
+                    if m["reasoning_content"].as_str() != REASONING.get(k).copied() {
+                        return err400(&format!(
+                            "Missing `reasoning_content` field in the assistant message (tool-call turn {k})"
+                        ));
+                    }
+                }
+            }
+            let outputs: Vec<&str> =
+                msgs.iter().filter(|m| m["role"] == "tool").filter_map(|m| m["content"].as_str()).collect();
+            match outputs.len() {
+                0 => (
+                    REASONING[0],
+                    format!(
+                        "I'll create the file.\n{}",
+                        hermes("exec_command", json!({"cmd": "printf 'status: draft\\n' > notes.txt"}))
+                    ),
+                ),
+                1 => (REASONING[1], hermes("exec_command", json!({"cmd": "cat notes.txt"}))),
+                _ if outputs[1].contains("status: draft") => ("", ANSWER.to_string()),
+                _ => ("", format!("READ FAILED: {}", outputs[1])),
+            }
+        } else {
+            ("", "OK.".to_string())
+        };
+        let reasoning = Some(reasoning).filter(|r| self.thinks && !r.is_empty());
+        if body["stream"] != true {
+            let mut m = json!({"role": "assistant", "content": content});
+            if let Some(r) = reasoning {
+                m["reasoning_content"] = json!(r);
+            }
+            return ResponseTemplate::new(200).set_body_json(completion(m, "stop"));
+        }
+        let mut chunks = vec![chunk(json!({"role": "assistant", "content": ""}), None)];
+        if let Some(r) = reasoning {
+            let (a, b) = r.split_at(r.len() / 2);
+            chunks.extend([chunk(json!({"reasoning_content": a}), None), chunk(json!({"reasoning_content": b}), None)]);
+        }
+        // The text in pieces of a few characters, cutting through the tags.
+        let chars: Vec<char> = content.chars().collect();
+        for piece in chars.chunks(7) {
+            chunks.push(chunk(json!({"content": piece.iter().collect::<String>()}), None));
+        }
+        chunks.push(chunk(json!({}), Some("stop")));
+        chunks.push(json!({"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [],
+                           "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}));
+        ResponseTemplate::new(200).set_body_raw(sse_body(&chunks), "text/event-stream")
+    }
+}
+
+/// The readable reasoning taken out of the reasoning items of a request
+/// body (their `encrypted_content` stays); other bodies unchanged.
+fn strip_reasoning(body: &[u8]) -> Vec<u8> {
+    let Ok(mut v) = serde_json::from_slice::<Value>(body) else { return body.to_vec() };
+    for it in v["input"].as_array_mut().into_iter().flatten() {
+        if it["type"] == "reasoning"
+            && let Some(o) = it.as_object_mut()
+        {
+            o.remove("content");
+            o.insert("summary".into(), json!([]));
+        }
+    }
+    serde_json::to_vec(&v).unwrap()
+}
+
+/// A loopback HTTP/1.1 relay in front of the proxy: requests framed by
+/// `content-length`, each kept (to show what Codex sent) and, with
+/// `strip`, its reasoning made unreadable but for `encrypted_content`.
+async fn relay(to: std::net::SocketAddr, strip: bool) -> (String, Arc<Mutex<Vec<(String, Value)>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let seen: Arc<Mutex<Vec<(String, Value)>>> = Arc::default();
+    let keep = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut client, _)) = listener.accept().await {
+            let keep = keep.clone();
+            tokio::spawn(async move {
+                let Ok(server) = tokio::net::TcpStream::connect(to).await else { return };
+                let (mut cr, mut cw) = client.split();
+                let (mut sr, mut sw) = tokio::io::split(server);
+                let up = async {
+                    let mut buf = Vec::new();
+                    let mut chunk = vec![0u8; 64 * 1024];
+                    loop {
+                        let end = loop {
+                            if let Some(p) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                                break Some(p);
+                            }
+                            match cr.read(&mut chunk).await {
+                                Ok(n @ 1..) => buf.extend_from_slice(&chunk[..n]),
+                                _ => break None,
+                            }
+                        };
+                        let Some(end) = end else { break };
+                        let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                        let len = head
+                            .lines()
+                            .find_map(|l| l.split_once(':').filter(|(k, _)| k.eq_ignore_ascii_case("content-length")))
+                            .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+                            .unwrap_or(0);
+                        while buf.len() < end + 4 + len {
+                            match cr.read(&mut chunk).await {
+                                Ok(n @ 1..) => buf.extend_from_slice(&chunk[..n]),
+                                _ => return,
+                            }
+                        }
+                        let body: Vec<u8> = buf[end + 4..end + 4 + len].to_vec();
+                        buf.drain(..end + 4 + len);
+                        let body = if strip { strip_reasoning(&body) } else { body };
+                        let head: Vec<String> = head
+                            .lines()
+                            .map(|l| match l.split_once(':') {
+                                Some((k, _)) if k.eq_ignore_ascii_case("content-length") => {
+                                    format!("content-length: {}", body.len())
+                                }
+                                _ => l.to_string(),
+                            })
+                            .collect();
+                        let line = head.first().cloned().unwrap_or_default();
+                        keep.lock().unwrap().push((line, serde_json::from_slice(&body).unwrap_or(Value::Null)));
+                        let out = format!("{}\r\n\r\n", head.join("\r\n"));
+                        if sw.write_all(out.as_bytes()).await.is_err() || sw.write_all(&body).await.is_err() {
+                            break;
+                        }
+                    }
+                    let _ = sw.shutdown().await;
+                };
+                let down = async {
+                    let _ = tokio::io::copy(&mut sr, &mut cw).await;
+                    let _ = cw.shutdown().await;
+                };
+                tokio::join!(up, down);
+            });
+        }
+    });
+    (url, seen)
+}
+
+/// What Codex sent, in short: each request line and, for JSON bodies, the
+/// top-level keys, tool types and input item types.
+fn shapes(seen: &[(String, Value)]) -> String {
+    let mut out = String::new();
+    for (line, v) in seen {
+        out.push_str(&format!("{line}\n"));
+        let keys: Vec<&String> = v.as_object().map(|o| o.keys().collect()).unwrap_or_default();
+        let kinds = |k: &str| -> Vec<String> {
+            v[k].as_array()
+                .map(|a| a.iter().map(|t| t["type"].as_str().unwrap_or("?").to_string()).collect())
+                .unwrap_or_default()
+        };
+        out.push_str(&format!("  keys {keys:?}\n  tools {:?}\n  input {:?}\n", kinds("tools"), kinds("input")));
+    }
+    out
+}
+
+/// Runs `codex exec` on the task against a fresh proxy and upstream, and
+/// checks the file, the answer and (thinking) the reasoning round trip.
+async fn create_then_read(thinks: bool) {
+    let codex = tokio::task::spawn_blocking(codex_env).await.unwrap();
+    // Under cargo's target tmp, not /tmp (Codex will not put its helper
+    // binaries under a temp dir, and says so).
+    let work = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (home, cwd) = (work.path().join("home"), work.path().join("project"));
+    std::fs::create_dir_all(home.join(".codex")).unwrap();
+    std::fs::create_dir_all(&cwd).unwrap();
+    pyenv::run(Command::new("git").args(["init", "-q"]).current_dir(&cwd)).unwrap();
+    let notes = cwd.join("notes.txt");
+
+    let upstream = MockServer::start().await;
+    let log: Log = Arc::default();
+    Mock::given(method("POST")).respond_with(Upstream { log: log.clone(), thinks }).mount(&upstream).await;
+    let extra: Config =
+        toml::from_str(&format!("[auth]\nkeys = [\"{KEY}\"]\n[models]\n\"coder\" = \"v/coder\"\n")).unwrap();
+    // No store replay: reasoning reaches the upstream only if Codex's own
+    // history brought it back.
+    let profile = "[tools]\nformats = { \"*\" = [\"hermes\"] }\n";
+    let proxy = proxy_with(profile, &upstream.uri(), |c| {
+        c.upstream.breaker_failures = 0;
+        c.upstream.retries = Some(0);
+        c.auth = extra.auth;
+        c.models = extra.models;
+    })
+    .await;
+    let (base, seen) = relay(proxy.addr, thinks).await;
+    std::fs::write(
+        home.join(".codex/config.toml"),
+        format!(
+            r#"model = "coder"
+model_provider = "modelshim"
+approval_policy = "never"
+sandbox_mode = "danger-full-access"
+check_for_update_on_startup = false
+
+[analytics]
+enabled = false
+
+[history]
+persistence = "none"
+
+[model_providers.modelshim]
+name = "modelshim"
+base_url = "{base}/v1"
+wire_api = "responses"
+env_key = "MODELSHIM_API_KEY"
+request_max_retries = 0
+stream_max_retries = 0
+"#
+        ),
+    )
+    .unwrap();
+
+    let mut cmd = tokio::process::Command::new(&codex);
+    cmd.args(["exec", "Create notes.txt saying status: draft, then read it back and tell me what it says."])
+        .current_dir(&cwd)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("CODEX_HOME", home.join(".codex"))
+        .env("MODELSHIM_API_KEY", KEY)
+        // Anything but loopback goes to a closed port.
+        .env("HTTPS_PROXY", "http://127.0.0.1:9")
+        .env("HTTP_PROXY", "http://127.0.0.1:9")
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env("RUST_LOG", "error")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output()).await.expect("codex exec finished").unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let report = || {
+        let requests = log.lock().unwrap().clone();
+        format!(
+            "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}\nCodex sent:\n{}\nupstream got {} requests: {:#?}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            shapes(&seen.lock().unwrap()),
+            requests.len(),
+            requests.iter().map(|b| (b["model"].clone(), b["messages"].as_array().map(Vec::len))).collect::<Vec<_>>(),
+        )
+    };
+    assert!(out.status.success(), "{}", report());
+    assert_eq!(stdout.trim(), ANSWER, "{}", report());
+    assert_eq!(std::fs::read_to_string(&notes).ok().as_deref(), Some("status: draft\n"), "{}", report());
+    // The namespace tool was offered flattened, web_search not at all.
+    let requests = log.lock().unwrap().clone();
+    let first = requests.iter().find(|b| b.get("tools").is_some()).expect("the model was asked");
+    let names: Vec<&str> =
+        first["tools"].as_array().unwrap().iter().filter_map(|t| t["function"]["name"].as_str()).collect();
+    assert!(names.contains(&"exec_command") && names.contains(&"multi_agent_v1__spawn_agent"), "{names:?}");
+    assert!(!names.iter().any(|n| n.contains("web_search")), "{names:?}");
+    if !thinks {
+        return;
+    }
+    // The last request carried both turns' reasoning back ...
+    let last = requests.iter().rev().find(|b| b.get("tools").is_some()).unwrap();
+    let back: Vec<&str> =
+        last["messages"].as_array().unwrap().iter().filter_map(|m| m["reasoning_content"].as_str()).collect();
+    assert_eq!(back, REASONING, "{}", report());
+    // ... from reasoning items Codex sent with only the proxy's sealed text.
+    let sent = seen.lock().unwrap().clone();
+    let (_, body) = sent.iter().rev().find(|(l, _)| l.starts_with("POST /v1/responses ")).unwrap();
+    assert_eq!(body["store"], false);
+    let sealed: Vec<&str> = body["input"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|i| i["type"] == "reasoning")
+        .filter_map(|i| i["encrypted_content"].as_str())
+        .collect();
+    assert_eq!(sealed.len(), 2, "{}", report());
+    assert!(sealed.iter().all(|s| s.starts_with("msr1.") && !s.contains("notes")), "{sealed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn codex_exec_creates_and_reads_a_file_through_hermes_text_calls() {
+    create_then_read(false).await;
+}
+
+/// A DeepSeek-like thinker: the reasoning comes back only sealed.
+#[tokio::test(flavor = "multi_thread")]
+async fn codex_exec_on_a_thinker_brings_its_reasoning_back_encrypted() {
+    create_then_read(true).await;
+}
