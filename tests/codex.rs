@@ -3,7 +3,8 @@
 //! under cargo's target tmp dir, HOME a temp dir whose config points a
 //! `[model_providers]` entry (`wire_api = "responses"`) at the proxy, and
 //! nothing but loopback reachable. The task, in a temp git repo, needs
-//! Codex's own `exec_command` tool: create a file, read it back, answer.
+//! Codex's own `exec_command` tool: create a file, read it back, answer;
+//! first the model calls a tool of Codex's `multi_agent_v1` namespace.
 //! The scripted chat-completions upstream writes its tool calls as Hermes
 //! `<tool_call>` text. In the DeepSeek-like variant it thinks on every turn
 //! and answers 400 unless every earlier tool-call turn's reasoning comes
@@ -34,8 +35,11 @@ use wiremock::{Mock, MockServer, Request, Respond, ResponseTemplate};
 const CODEX: &str = "0.171.0";
 const KEY: &str = "proxy-test-key-codex-0171";
 /// The reasoning of each tool-call turn, which must come back.
-const REASONING: [&str; 2] =
-    ["I should create notes.txt with a shell command.", "Now read notes.txt back to check it."];
+const REASONING: [&str; 3] = [
+    "First close the stale helper agent.",
+    "I should create notes.txt with a shell command.",
+    "Now read notes.txt back to check it.",
+];
 const ANSWER: &str = "notes.txt says: status: draft";
 
 /// An npm folder with the pinned Codex; its `codex` launcher.
@@ -75,8 +79,10 @@ fn hermes(name: &str, args: Value) -> String {
     format!("<tool_call>\n{}\n</tool_call>", json!({"name": name, "arguments": args}))
 }
 
-/// The upstream: `coder` writes a file, reads it back, answers with what
-/// the read returned; anything else (a request without tools) says a line.
+/// The upstream: `coder` calls a tool of Codex's `multi_agent_v1`
+/// namespace (by its flattened name), writes a file, reads it back, and
+/// answers with what the read returned; anything else (a request without
+/// tools) says a line.
 struct Upstream {
     log: Log,
     /// Thinks on every turn and wants the reasoning back (DeepSeek).
@@ -102,16 +108,17 @@ impl Respond for Upstream {
             let outputs: Vec<&str> =
                 msgs.iter().filter(|m| m["role"] == "tool").filter_map(|m| m["content"].as_str()).collect();
             match outputs.len() {
-                0 => (
-                    REASONING[0],
+                0 => (REASONING[0], hermes("multi_agent_v1__close_agent", json!({"target": "stale-helper"}))),
+                1 => (
+                    REASONING[1],
                     format!(
                         "I'll create the file.\n{}",
                         hermes("exec_command", json!({"cmd": "printf 'status: draft\\n' > notes.txt"}))
                     ),
                 ),
-                1 => (REASONING[1], hermes("exec_command", json!({"cmd": "cat notes.txt"}))),
-                _ if outputs[1].contains("status: draft") => ("", ANSWER.to_string()),
-                _ => ("", format!("READ FAILED: {}", outputs[1])),
+                2 => (REASONING[2], hermes("exec_command", json!({"cmd": "cat notes.txt"}))),
+                _ if outputs[2].contains("status: draft") => ("", ANSWER.to_string()),
+                _ => ("", format!("READ FAILED: {}", outputs[2])),
             }
         } else {
             ("", "OK.".to_string())
@@ -340,17 +347,29 @@ stream_max_retries = 0
         first["tools"].as_array().unwrap().iter().filter_map(|t| t["function"]["name"].as_str()).collect();
     assert!(names.contains(&"exec_command") && names.contains(&"multi_agent_v1__spawn_agent"), "{names:?}");
     assert!(!names.iter().any(|n| n.contains("web_search")), "{names:?}");
+    // Codex ran the namespaced call: it came back with `namespace` (without
+    // it Codex answers "unsupported call: close_agent").
+    let last = requests.iter().rev().find(|b| b.get("tools").is_some()).unwrap();
+    let outputs: Vec<&str> = last["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(outputs[0].contains("invalid agent id stale-helper"), "{outputs:?}\n{}", report());
+    let sent = seen.lock().unwrap().clone();
+    let (_, body) = sent.iter().rev().find(|(l, _)| l.starts_with("POST /v1/responses ")).unwrap();
+    let call = body["input"].as_array().unwrap().iter().find(|i| i["type"] == "function_call").unwrap();
+    assert_eq!((call["namespace"].as_str(), call["name"].as_str()), (Some("multi_agent_v1"), Some("close_agent")));
     if !thinks {
         return;
     }
-    // The last request carried both turns' reasoning back ...
-    let last = requests.iter().rev().find(|b| b.get("tools").is_some()).unwrap();
+    // The last request carried every turn's reasoning back ...
     let back: Vec<&str> =
         last["messages"].as_array().unwrap().iter().filter_map(|m| m["reasoning_content"].as_str()).collect();
     assert_eq!(back, REASONING, "{}", report());
     // ... from reasoning items Codex sent with only the proxy's sealed text.
-    let sent = seen.lock().unwrap().clone();
-    let (_, body) = sent.iter().rev().find(|(l, _)| l.starts_with("POST /v1/responses ")).unwrap();
     assert_eq!(body["store"], false);
     let sealed: Vec<&str> = body["input"]
         .as_array()
@@ -359,8 +378,10 @@ stream_max_retries = 0
         .filter(|i| i["type"] == "reasoning")
         .filter_map(|i| i["encrypted_content"].as_str())
         .collect();
-    assert_eq!(sealed.len(), 2, "{}", report());
+    assert_eq!(sealed.len(), 3, "{}", report());
     assert!(sealed.iter().all(|s| s.starts_with("msr1.") && !s.contains("notes")), "{sealed:?}");
+    // Codex showed the reasoning: the summary was filled.
+    assert!(String::from_utf8_lossy(&out.stderr).contains(REASONING[1]), "{}", report());
 }
 
 #[tokio::test(flavor = "multi_thread")]
