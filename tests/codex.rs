@@ -10,8 +10,10 @@
 //! and answers 400 unless every earlier tool-call turn's reasoning comes
 //! back; Codex sends `store: false`, and a relay in front of the proxy
 //! strips the readable reasoning from what Codex sends back, so it can come
-//! only through the proxy's `encrypted_content`. The relay also keeps what
-//! Codex sent, shown when a test fails.
+//! only through the proxy's `encrypted_content`. A third run uses a model
+//! name Codex knows, for which it sends other tools (an `additional_tools`
+//! item, its JavaScript code-mode `exec` as a `custom` tool). The relay also
+//! keeps what Codex sent, shown when a test fails.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
 
@@ -85,17 +87,39 @@ fn hermes(name: &str, args: Value) -> String {
 /// tools) says a line.
 struct Upstream {
     log: Log,
-    /// Thinks on every turn and wants the reasoning back (DeepSeek).
-    thinks: bool,
+    mode: Mode,
 }
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Plain,
+    /// Thinks on every turn and wants the reasoning back (DeepSeek).
+    Thinks,
+    /// Codex for a model it knows (`gpt-*`): its only tool is the `exec`
+    /// code-mode tool (JavaScript, a `custom` tool in the `functions`
+    /// namespace), whose script runs `exec_command`.
+    CodeMode,
+}
+
+/// The script the code-mode model writes: one shell command through the
+/// nested `exec_command`, its result as the output.
+const SCRIPT: &str = "const r = await tools.exec_command({cmd: \"printf 'status: draft\\\\n' > notes.txt && cat notes.txt\"});\ntext(r);";
 
 impl Respond for Upstream {
     fn respond(&self, r: &Request) -> ResponseTemplate {
         let body: Value = serde_json::from_slice(&r.body).unwrap();
         self.log.lock().unwrap().push(body.clone());
         let msgs = body["messages"].as_array().cloned().unwrap_or_default();
-        let (reasoning, content) = if body["model"] == "coder" && body.get("tools").is_some() {
-            if self.thinks {
+        let outputs: Vec<&str> =
+            msgs.iter().filter(|m| m["role"] == "tool").filter_map(|m| m["content"].as_str()).collect();
+        let (reasoning, content) = if self.mode == Mode::CodeMode && body.get("tools").is_some() {
+            match outputs.first() {
+                None => ("", hermes("functions__exec", json!({"input": SCRIPT}))),
+                Some(o) if o.contains("status: draft") => ("", ANSWER.to_string()),
+                Some(o) => ("", format!("READ FAILED: {o}")),
+            }
+        } else if body["model"] == "coder" && body.get("tools").is_some() {
+            if self.mode == Mode::Thinks {
                 let turns = msgs.iter().filter(|m| m["role"] == "assistant" && m.get("tool_calls").is_some());
                 for (k, m) in turns.enumerate() {
                     if m["reasoning_content"].as_str() != REASONING.get(k).copied() {
@@ -105,8 +129,6 @@ impl Respond for Upstream {
                     }
                 }
             }
-            let outputs: Vec<&str> =
-                msgs.iter().filter(|m| m["role"] == "tool").filter_map(|m| m["content"].as_str()).collect();
             match outputs.len() {
                 0 => (REASONING[0], hermes("multi_agent_v1__close_agent", json!({"target": "stale-helper"}))),
                 1 => (
@@ -123,7 +145,7 @@ impl Respond for Upstream {
         } else {
             ("", "OK.".to_string())
         };
-        let reasoning = Some(reasoning).filter(|r| self.thinks && !r.is_empty());
+        let reasoning = Some(reasoning).filter(|r| self.mode == Mode::Thinks && !r.is_empty());
         if body["stream"] != true {
             let mut m = json!({"role": "assistant", "content": content});
             if let Some(r) = reasoning {
@@ -253,9 +275,44 @@ fn shapes(seen: &[(String, Value)]) -> String {
     out
 }
 
-/// Runs `codex exec` on the task against a fresh proxy and upstream, and
-/// checks the file, the answer and (thinking) the reasoning round trip.
-async fn create_then_read(thinks: bool) {
+/// One `codex exec` run and what it left.
+struct Run {
+    out: std::process::Output,
+    log: Log,
+    seen: Arc<Mutex<Vec<(String, Value)>>>,
+    notes: PathBuf,
+    _work: tempfile::TempDir,
+}
+
+impl Run {
+    fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.out.stdout).to_string()
+    }
+
+    fn report(&self) -> String {
+        let requests = self.log.lock().unwrap().clone();
+        format!(
+            "exit {:?}\nstdout:\n{}\nstderr:\n{}\nCodex sent:\n{}\nupstream got {} requests: {:#?}",
+            self.out.status,
+            self.stdout(),
+            String::from_utf8_lossy(&self.out.stderr),
+            shapes(&self.seen.lock().unwrap()),
+            requests.len(),
+            requests.iter().map(|b| (b["model"].clone(), b["messages"].as_array().map(Vec::len))).collect::<Vec<_>>(),
+        )
+    }
+
+    /// Codex succeeded, wrote the file and printed the answer.
+    fn check_task(&self) {
+        assert!(self.out.status.success(), "{}", self.report());
+        assert_eq!(self.stdout().trim(), ANSWER, "{}", self.report());
+        assert_eq!(std::fs::read_to_string(&self.notes).ok().as_deref(), Some("status: draft\n"), "{}", self.report());
+    }
+}
+
+/// Runs `codex exec` on the task (Codex's `model` routed to the upstream's
+/// `coder`) against a fresh proxy and upstream.
+async fn run_codex(model: &str, mode: Mode) -> Run {
     let codex = tokio::task::spawn_blocking(codex_env).await.unwrap();
     // Under cargo's target tmp, not /tmp (Codex will not put its helper
     // binaries under a temp dir, and says so).
@@ -268,9 +325,9 @@ async fn create_then_read(thinks: bool) {
 
     let upstream = MockServer::start().await;
     let log: Log = Arc::default();
-    Mock::given(method("POST")).respond_with(Upstream { log: log.clone(), thinks }).mount(&upstream).await;
+    Mock::given(method("POST")).respond_with(Upstream { log: log.clone(), mode }).mount(&upstream).await;
     let extra: Config =
-        toml::from_str(&format!("[auth]\nkeys = [\"{KEY}\"]\n[models]\n\"coder\" = \"v/coder\"\n")).unwrap();
+        toml::from_str(&format!("[auth]\nkeys = [\"{KEY}\"]\n[models]\n\"{model}\" = \"v/coder\"\n")).unwrap();
     // No store replay: reasoning reaches the upstream only if Codex's own
     // history brought it back.
     let profile = "[tools]\nformats = { \"*\" = [\"hermes\"] }\n";
@@ -281,11 +338,11 @@ async fn create_then_read(thinks: bool) {
         c.models = extra.models;
     })
     .await;
-    let (base, seen) = relay(proxy.addr, thinks).await;
+    let (base, seen) = relay(proxy.addr, mode == Mode::Thinks).await;
     std::fs::write(
         home.join(".codex/config.toml"),
         format!(
-            r#"model = "coder"
+            r#"model = "{model}"
 model_provider = "modelshim"
 approval_policy = "never"
 sandbox_mode = "danger-full-access"
@@ -325,21 +382,15 @@ stream_max_retries = 0
         .stdin(std::process::Stdio::null())
         .kill_on_drop(true);
     let out = tokio::time::timeout(Duration::from_secs(120), cmd.output()).await.expect("codex exec finished").unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let report = || {
-        let requests = log.lock().unwrap().clone();
-        format!(
-            "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}\nCodex sent:\n{}\nupstream got {} requests: {:#?}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr),
-            shapes(&seen.lock().unwrap()),
-            requests.len(),
-            requests.iter().map(|b| (b["model"].clone(), b["messages"].as_array().map(Vec::len))).collect::<Vec<_>>(),
-        )
-    };
-    assert!(out.status.success(), "{}", report());
-    assert_eq!(stdout.trim(), ANSWER, "{}", report());
-    assert_eq!(std::fs::read_to_string(&notes).ok().as_deref(), Some("status: draft\n"), "{}", report());
+    Run { out, log, seen, notes, _work: work }
+}
+
+/// The task with a vendor model name, and (thinking) the reasoning round trip.
+async fn create_then_read(mode: Mode) {
+    let run = run_codex("coder", mode).await;
+    run.check_task();
+    let (log, seen, out) = (&run.log, &run.seen, &run.out);
+    let report = || run.report();
     // The namespace tool was offered flattened, web_search not at all.
     let requests = log.lock().unwrap().clone();
     let first = requests.iter().find(|b| b.get("tools").is_some()).expect("the model was asked");
@@ -362,7 +413,7 @@ stream_max_retries = 0
     let (_, body) = sent.iter().rev().find(|(l, _)| l.starts_with("POST /v1/responses ")).unwrap();
     let call = body["input"].as_array().unwrap().iter().find(|i| i["type"] == "function_call").unwrap();
     assert_eq!((call["namespace"].as_str(), call["name"].as_str()), (Some("multi_agent_v1"), Some("close_agent")));
-    if !thinks {
+    if mode != Mode::Thinks {
         return;
     }
     // The last request carried every turn's reasoning back ...
@@ -386,11 +437,32 @@ stream_max_retries = 0
 
 #[tokio::test(flavor = "multi_thread")]
 async fn codex_exec_creates_and_reads_a_file_through_hermes_text_calls() {
-    create_then_read(false).await;
+    create_then_read(Mode::Plain).await;
 }
 
 /// A DeepSeek-like thinker: the reasoning comes back only sealed.
 #[tokio::test(flavor = "multi_thread")]
 async fn codex_exec_on_a_thinker_brings_its_reasoning_back_encrypted() {
-    create_then_read(true).await;
+    create_then_read(Mode::Thinks).await;
+}
+
+/// A `gpt-*` name Codex knows (routed to the vendor by a `[models]` alias):
+/// its tools come in an `additional_tools` item, the only one the model
+/// needs is the `custom` code-mode tool `exec` of the `functions`
+/// namespace; the call comes back as a `custom_tool_call` Codex runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn codex_exec_for_a_model_it_knows_runs_its_code_mode_tool() {
+    let run = run_codex("gpt-6.2-sol", Mode::CodeMode).await;
+    run.check_task();
+    let requests = run.log.lock().unwrap().clone();
+    let first = requests.iter().find(|b| b.get("tools").is_some()).expect("the model was asked");
+    let exec = first["tools"].as_array().unwrap().iter().find(|t| t["function"]["name"] == "functions__exec");
+    assert_eq!(exec.unwrap()["function"]["parameters"]["required"], json!(["input"]), "{}", run.report());
+    let sent = run.seen.lock().unwrap().clone();
+    let (_, body) = sent.iter().rev().find(|(l, _)| l.starts_with("POST /v1/responses ")).unwrap();
+    let input = body["input"].as_array().unwrap();
+    assert!(input.iter().any(|i| i["type"] == "additional_tools"), "{}", run.report());
+    let call = input.iter().find(|i| i["type"] == "custom_tool_call").unwrap();
+    assert_eq!((call["namespace"].as_str(), call["name"].as_str()), (Some("functions"), Some("exec")));
+    assert_eq!(call["input"], SCRIPT);
 }
