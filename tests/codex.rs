@@ -98,7 +98,7 @@ enum Mode {
     /// Codex for a model it knows (`gpt-*`): its only tool is the `exec`
     /// code-mode tool (JavaScript, a `custom` tool in the `functions`
     /// namespace), whose script runs `exec_command`.
-    CodeMode,
+    Code,
 }
 
 /// The script the code-mode model writes: one shell command through the
@@ -112,7 +112,7 @@ impl Respond for Upstream {
         let msgs = body["messages"].as_array().cloned().unwrap_or_default();
         let outputs: Vec<&str> =
             msgs.iter().filter(|m| m["role"] == "tool").filter_map(|m| m["content"].as_str()).collect();
-        let (reasoning, content) = if self.mode == Mode::CodeMode && body.get("tools").is_some() {
+        let (reasoning, content) = if self.mode == Mode::Code && body.get("tools").is_some() {
             match outputs.first() {
                 None => ("", hermes("functions__exec", json!({"input": SCRIPT}))),
                 Some(o) if o.contains("status: draft") => ("", ANSWER.to_string()),
@@ -452,7 +452,7 @@ async fn codex_exec_on_a_thinker_brings_its_reasoning_back_encrypted() {
 /// namespace; the call comes back as a `custom_tool_call` Codex runs.
 #[tokio::test(flavor = "multi_thread")]
 async fn codex_exec_for_a_model_it_knows_runs_its_code_mode_tool() {
-    let run = run_codex("gpt-6.2-sol", Mode::CodeMode).await;
+    let run = run_codex("gpt-6.2-sol", Mode::Code).await;
     run.check_task();
     let requests = run.log.lock().unwrap().clone();
     let first = requests.iter().find(|b| b.get("tools").is_some()).expect("the model was asked");
