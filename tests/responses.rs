@@ -1017,3 +1017,25 @@ async fn compact_summarizes_and_the_compaction_item_comes_back_as_the_summary() 
         "{users:?}"
     );
 }
+
+/// The tool limit counts the tools the vendor is offered: a namespace's
+/// tools and `additional_tools` items count one by one.
+#[tokio::test]
+async fn the_tool_limit_counts_flattened_tools() {
+    let s = setup_tweaked("", |c| c.limits.max_tools = 2).await;
+    let f = |n: &str| json!({"type": "function", "name": n, "parameters": {"type": "object"}});
+    let ns = json!({"type": "namespace", "name": "grp", "tools": [f("a"), f("b")]});
+    let (st, e) = create(&s.proxy, &json!({"model": "v/hello", "input": "x", "tools": [f("c"), ns]})).await;
+    assert_eq!(st, 400, "{e}");
+    assert_eq!(e["error"]["param"], "tools");
+    let extra = json!({"type": "additional_tools", "role": "developer", "tools": [f("d"), f("e")]});
+    let (st, e) = create(
+        &s.proxy,
+        &json!({"model": "v/hello", "input": [extra, {"role": "user", "content": "x"}], "tools": [f("c")]}),
+    )
+    .await;
+    assert_eq!(st, 400, "{e}");
+    let (st, r) = create(&s.proxy, &json!({"model": "v/hello", "input": "x", "tools": [ns]})).await;
+    assert_eq!(st, 200, "{r}");
+    assert!(s.requests().len() == 1);
+}

@@ -107,6 +107,15 @@ pub async fn create(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response,
         let opts = request::Options { server_tool: &lookup, drop_hosted: &s.responses.drop_hosted, open: &open };
         request::to_chat_with(&req, &history, &opts)?
     };
+    // The edge counts the body's `tools`; a namespace or an
+    // `additional_tools` item holds more, counted as offered.
+    let offered = chat.tools.as_ref().map_or(0, Vec::len);
+    if offered > s.limits.max_tools {
+        return Err(ApiError::invalid_param(
+            "tools",
+            format!("Too many tools: {offered} with those in namespaces, the limit is {}.", s.limits.max_tools),
+        ));
+    }
     // The edge counts `messages` of chat bodies; here they exist only now,
     // with the stored history in them.
     let max = s.limits.max_messages;
