@@ -99,7 +99,14 @@ enum Mode {
     /// code-mode tool (JavaScript, a `custom` tool in the `functions`
     /// namespace), whose script runs `exec_command`.
     Code,
+    /// Reports a full context after the first call, so Codex compacts: a
+    /// request without tools summarized, then the task goes on from the
+    /// summary.
+    Compact,
 }
+
+/// What the upstream answers Codex's compaction request with.
+const SUMMARY: &str = "SUMMARY: notes.txt was created with status: draft.";
 
 /// The script the code-mode model writes: one shell command through the
 /// nested `exec_command`, its result as the output.
@@ -112,7 +119,21 @@ impl Respond for Upstream {
         let msgs = body["messages"].as_array().cloned().unwrap_or_default();
         let outputs: Vec<&str> =
             msgs.iter().filter(|m| m["role"] == "tool").filter_map(|m| m["content"].as_str()).collect();
-        let (reasoning, content) = if self.mode == Mode::Code && body.get("tools").is_some() {
+        let users: Vec<&str> =
+            msgs.iter().filter(|m| m["role"] == "user").filter_map(|m| m["content"].as_str()).collect();
+        let mut tokens = 120;
+        let (reasoning, content) = if self.mode == Mode::Compact {
+            if body.get("tools").is_none() {
+                ("", SUMMARY.to_string())
+            } else if users.iter().any(|u| u.contains(SUMMARY)) {
+                ("", ANSWER.to_string())
+            } else if outputs.is_empty() {
+                tokens = 50_000;
+                ("", hermes("exec_command", json!({"cmd": "printf 'status: draft\\n' > notes.txt"})))
+            } else {
+                ("", "NOT COMPACTED".to_string())
+            }
+        } else if self.mode == Mode::Code && body.get("tools").is_some() {
             match outputs.first() {
                 None => ("", hermes("functions__exec", json!({"input": SCRIPT}))),
                 Some(o) if o.contains("status: draft") => ("", ANSWER.to_string()),
@@ -165,7 +186,7 @@ impl Respond for Upstream {
         }
         chunks.push(chunk(json!({}), Some("stop")));
         chunks.push(json!({"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [],
-                           "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}}));
+                           "usage": {"prompt_tokens": tokens - 20, "completion_tokens": 20, "total_tokens": tokens}}));
         ResponseTemplate::new(200).set_body_raw(sse_body(&chunks), "text/event-stream")
     }
 }
@@ -312,7 +333,7 @@ impl Run {
 
 /// Runs `codex exec` on the task (Codex's `model` routed to the upstream's
 /// `coder`) against a fresh proxy and upstream.
-async fn run_codex(model: &str, mode: Mode) -> Run {
+async fn run_codex(model: &str, mode: Mode, settings: &str) -> Run {
     let codex = tokio::task::spawn_blocking(codex_env).await.unwrap();
     // Under cargo's target tmp, not /tmp (Codex will not put its helper
     // binaries under a temp dir, and says so).
@@ -347,6 +368,7 @@ model_provider = "modelshim"
 approval_policy = "never"
 sandbox_mode = "danger-full-access"
 check_for_update_on_startup = false
+{settings}
 
 [analytics]
 enabled = false
@@ -387,7 +409,7 @@ stream_max_retries = 0
 
 /// The task with a vendor model name, and (thinking) the reasoning round trip.
 async fn create_then_read(mode: Mode) {
-    let run = run_codex("coder", mode).await;
+    let run = run_codex("coder", mode, "").await;
     run.check_task();
     let (log, seen, out) = (&run.log, &run.seen, &run.out);
     let report = || run.report();
@@ -452,7 +474,7 @@ async fn codex_exec_on_a_thinker_brings_its_reasoning_back_encrypted() {
 /// namespace; the call comes back as a `custom_tool_call` Codex runs.
 #[tokio::test(flavor = "multi_thread")]
 async fn codex_exec_for_a_model_it_knows_runs_its_code_mode_tool() {
-    let run = run_codex("gpt-6.2-sol", Mode::Code).await;
+    let run = run_codex("gpt-6.2-sol", Mode::Code, "").await;
     run.check_task();
     let requests = run.log.lock().unwrap().clone();
     let first = requests.iter().find(|b| b.get("tools").is_some()).expect("the model was asked");
@@ -465,4 +487,20 @@ async fn codex_exec_for_a_model_it_knows_runs_its_code_mode_tool() {
     let call = input.iter().find(|i| i["type"] == "custom_tool_call").unwrap();
     assert_eq!((call["namespace"].as_str(), call["name"].as_str()), (Some("functions"), Some("exec")));
     assert_eq!(call["input"], SCRIPT);
+}
+
+/// When its context fills, Codex 0.171 with a custom provider compacts with
+/// a plain `/v1/responses` turn (`tools: []`, its summary prompt), not
+/// `/v1/responses/compact`, then goes on from the summary.
+#[tokio::test(flavor = "multi_thread")]
+async fn codex_exec_compacts_its_context_through_a_plain_turn() {
+    let run =
+        run_codex("coder", Mode::Compact, "model_context_window = 100000\nmodel_auto_compact_token_limit = 1000").await;
+    run.check_task();
+    let requests = run.log.lock().unwrap().clone();
+    let compaction = requests.iter().find(|b| b.get("tools").is_none()).expect("a compaction turn");
+    let last = compaction["messages"].as_array().unwrap().last().unwrap();
+    assert!(last["content"].as_str().unwrap().contains("COMPACTION"), "{}", run.report());
+    let sent = run.seen.lock().unwrap().clone();
+    assert!(sent.iter().all(|(l, _)| l.starts_with("POST /v1/responses ")), "{}", run.report());
 }

@@ -58,6 +58,11 @@ impl Settings {
     pub fn open(&self, sealed: &str, owner: Option<&str>) -> Option<String> {
         match self.keys.open(sealed, owner) {
             Ok(text) => Some(text),
+            // Another backend's item (a conversation begun on OpenAI): expected.
+            Err(e @ crypt::OpenError::Foreign) => {
+                tracing::debug!("encrypted reasoning ignored: {e}");
+                None
+            }
             Err(e) => {
                 tracing::warn!("encrypted reasoning ignored: {e}");
                 None
