@@ -97,7 +97,14 @@ impl AppState {
         let tools = crate::tools::Registry::new(config.tools.as_ref(), config.mcp.as_ref(), skills)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let discovery = models::Discovery::new(&providers);
-        let responses = Arc::new(responses::Settings::new(&config.responses).map_err(ConfigError::Invalid)?);
+        let sealer = crate::state::sealed::Keyring::from_env(&config.responses.reasoning_keys_env)
+            .map_err(ConfigError::Invalid)?;
+        if !sealer.shared {
+            tracing::debug!(
+                "no reasoning keys in {}: encrypted reasoning uses a random key of this process",
+                config.responses.reasoning_keys_env
+            );
+        }
         let core = Core {
             providers,
             upstream,
@@ -105,7 +112,8 @@ impl AppState {
             state_ttl: config.state.ttl(),
             tools,
             limits: config.limits.clone(),
-            responses,
+            responses: config.responses.clone(),
+            sealer: Arc::new(sealer),
         };
         Ok(Arc::new(AppState {
             core: Arc::new(core),

@@ -9,7 +9,6 @@
 //! responses in the conversation-state store. Routes: `POST /v1/responses`,
 //! `GET` and `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`.
 
-pub mod crypt;
 pub mod events;
 pub mod names;
 pub mod request;
@@ -30,43 +29,23 @@ use crate::core::Core;
 use crate::error::ApiError;
 use crate::openai::Chunk;
 use crate::provider::UpstreamError;
+use crate::state::sealed::OpenError;
 use events::{Builder, new_id};
 use request::Request;
 
-/// The front's settings (`[responses]`) with its reasoning keys.
-#[derive(Debug)]
-pub struct Settings {
-    pub keys: crypt::Keyring,
-    /// Hosted tool kinds left out when nothing serves them.
-    pub drop_hosted: Vec<String>,
-}
-
-impl Settings {
-    pub fn new(c: &crate::config::responses::ResponsesConfig) -> Result<Settings, String> {
-        let keys = crypt::Keyring::from_env(&c.reasoning_keys_env)?;
-        if !keys.shared {
-            tracing::debug!(
-                "no reasoning keys in {}: encrypted reasoning uses a random key of this process",
-                c.reasoning_keys_env
-            );
+/// The text of an item this proxy sealed for `owner`; anything else is
+/// ignored (logged): the item then counts as its readable text.
+fn open_sealed(s: &Core, sealed: &str, owner: Option<&str>) -> Option<String> {
+    match s.sealer.open(sealed, owner) {
+        Ok(text) => Some(text),
+        // Another backend's item (a conversation begun on OpenAI): expected.
+        Err(e @ OpenError::Foreign) => {
+            tracing::debug!("encrypted reasoning ignored: {e}");
+            None
         }
-        Ok(Settings { keys, drop_hosted: c.drop_hosted_tools.clone() })
-    }
-
-    /// The text of an item this proxy sealed for `owner`; anything else is
-    /// ignored (logged): the item then counts as its readable text.
-    pub fn open(&self, sealed: &str, owner: Option<&str>) -> Option<String> {
-        match self.keys.open(sealed, owner) {
-            Ok(text) => Some(text),
-            // Another backend's item (a conversation begun on OpenAI): expected.
-            Err(e @ crypt::OpenError::Foreign) => {
-                tracing::debug!("encrypted reasoning ignored: {e}");
-                None
-            }
-            Err(e) => {
-                tracing::warn!("encrypted reasoning ignored: {e}");
-                None
-            }
+        Err(e) => {
+            tracing::warn!("encrypted reasoning ignored: {e}");
+            None
         }
     }
 }
@@ -108,8 +87,8 @@ pub async fn create(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response,
         names.iter().find(|n| *n == kind || n.ends_with(&suffix)).cloned()
     };
     let (chat, names) = {
-        let open = |sealed: &str| s.responses.open(sealed, owner.as_deref());
-        let opts = request::Options { server_tool: &lookup, drop_hosted: &s.responses.drop_hosted, open: &open };
+        let open = |sealed: &str| open_sealed(&s, sealed, owner.as_deref());
+        let opts = request::Options { server_tool: &lookup, drop_hosted: &s.responses.drop_hosted_tools, open: &open };
         request::to_chat_with(&req, &history, &opts)?
     };
     // The edge counts the body's `tools`; a namespace or an
@@ -144,8 +123,8 @@ pub async fn create(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response,
     items.extend(req.input.iter().cloned());
     let mut builder = Builder::new(skeleton(&req, &new_id("resp"))).with_names(names);
     if wants_sealed(&req) {
-        let (settings, owner) = (s.responses.clone(), owner.clone());
-        builder = builder.with_seal(Box::new(move |text| settings.keys.seal(text, owner.as_deref())));
+        let (sealer, owner) = (s.sealer.clone(), owner.clone());
+        builder = builder.with_seal(Box::new(move |text| sealer.seal(text, owner.as_deref())));
     }
     // Returns once the upstream answered: an upstream that fails at once
     // gets its HTTP status and OpenAI error body here.
@@ -200,10 +179,10 @@ pub async fn compact(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response
     req.previous_response_id = None;
     let mut chat = {
         let none = |_: &str| None;
-        let open = |sealed: &str| s.responses.open(sealed, owner.as_deref());
+        let open = |sealed: &str| open_sealed(&s, sealed, owner.as_deref());
         // The tools stay declared (a namespace call in the history needs its
         // name) but the model is not offered them.
-        let opts = request::Options { server_tool: &none, drop_hosted: &s.responses.drop_hosted, open: &open };
+        let opts = request::Options { server_tool: &none, drop_hosted: &s.responses.drop_hosted_tools, open: &open };
         request::to_chat_with(&req, &[], &opts)?.0
     };
     chat.tools = None;
@@ -225,7 +204,7 @@ pub async fn compact(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response
         .filter_map(|it| it["content"][0]["text"].as_str())
         .collect::<Vec<_>>()
         .join("\n");
-    let Some(sealed) = s.responses.keys.seal(&summary, owner.as_deref()) else {
+    let Some(sealed) = s.sealer.seal(&summary, owner.as_deref()) else {
         return Err(ApiError::invalid("The summary could not be sealed."));
     };
     let mut output = kept;

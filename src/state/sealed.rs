@@ -1,7 +1,9 @@
-//! Encrypted reasoning (`include: ["reasoning.encrypted_content"]`): the
-//! vendor's reasoning sealed into the reasoning item's `encrypted_content`,
-//! so a client that keeps the conversation itself (`store: false`, Codex)
-//! brings it back and any replica restores it, with no server state.
+//! State the client carries, sealed: the Responses front's encrypted
+//! reasoning (`include: ["reasoning.encrypted_content"]`) and compaction
+//! summaries. The vendor's reasoning goes into the reasoning item's
+//! `encrypted_content`, so a client that keeps the conversation itself
+//! (`store: false`, Codex) brings it back and any replica restores it, with
+//! no server state.
 //!
 //! XChaCha20-Poly1305 with a random 24-byte nonce per item (from the OS
 //! CSPRNG), bound by the AAD to the proxy key that asked for it: another
