@@ -75,6 +75,7 @@ impl AppState {
         // the process (crate::redact).
         let mut secrets: Vec<String> = providers.iter().filter_map(|p| p.api_key().map(str::to_string)).collect();
         secrets.extend(auth::raw_keys(config.auth.as_ref()));
+        secrets.extend(crate::state::sealed::Keyring::secrets_in_env(&config.responses.reasoning_keys_env));
         let redactor = crate::redact::install(secrets);
         if let Some(dir) = record {
             let headers = providers.iter().filter_map(|p| p.profile.auth_header.clone());

@@ -86,6 +86,14 @@ impl Keyring {
         }
     }
 
+    /// The secrets listed in the environment variable `var` (for the
+    /// redactor: they are keys like any other).
+    pub fn secrets_in_env(var: &str) -> Vec<String> {
+        std::env::var(var)
+            .map(|l| l.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect())
+            .unwrap_or_default()
+    }
+
     /// `text` sealed for `owner` (the proxy key's name; `None` with auth off).
     pub fn seal(&self, text: &str, owner: Option<&str>) -> Option<String> {
         let key = self.keys.first()?;
