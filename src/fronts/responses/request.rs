@@ -4,7 +4,7 @@
 //! their chat names. Whatever chat completions cannot express is a 400 that
 //! names it; nothing is silently dropped that would change the answer.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
@@ -318,10 +318,17 @@ fn tool(t: &Value, param: &str, opts: &Options, names: &mut Names) -> Result<Too
             match (opts.server_tool)(&want) {
                 Some(server) => Ok(Tool::Hosted { kind: other.to_string(), server }),
                 None if opts.drop_hosted.contains(&want) => {
-                    tracing::warn!(
-                        tool = other,
-                        "hosted tool left out: no server-side tool `{want}` is configured to serve it"
-                    );
+                    // Codex declares it on every turn: warned once per kind.
+                    static WARNED: std::sync::Mutex<BTreeSet<String>> = std::sync::Mutex::new(BTreeSet::new());
+                    let first = WARNED.lock().map(|mut w| w.insert(want.clone())).unwrap_or(false);
+                    if first {
+                        tracing::warn!(
+                            tool = other,
+                            "hosted tool left out: no server-side tool `{want}` is configured to serve it"
+                        );
+                    } else {
+                        tracing::debug!(tool = other, "hosted tool left out");
+                    }
                     Ok(Tool::Dropped(other.to_string()))
                 }
                 None => Err(ApiError::invalid_param(
