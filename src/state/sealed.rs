@@ -198,6 +198,13 @@ mod tests {
     }
 
     #[test]
+    fn the_process_key_is_one_for_the_whole_process() {
+        let s = Keyring::process().seal("kept", Some("alice")).unwrap();
+        assert_eq!(Keyring::process().open(&s, Some("alice")).unwrap(), "kept");
+        assert!(!Keyring::process().shared);
+    }
+
+    #[test]
     fn short_or_empty_key_lists() {
         assert!(Keyring::from_list("short").unwrap_err().contains("key 1"));
         assert!(Keyring::from_list(" , ").unwrap().is_none());
