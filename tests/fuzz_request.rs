@@ -1,5 +1,5 @@
 //! Malformed input on the request path: random bytes and random JSON shapes
-//! posted to `/v1/chat/completions` and `/v1/responses` always get an HTTP
+//! posted to `/v1/chat/completions` and `/v1/responses` (and `/compact`) always get an HTTP
 //! answer (an OpenAI error or a completion), never a dropped connection (a
 //! panic) or a 5xx of the proxy's own making.
 
@@ -32,6 +32,12 @@ fn arb_json() -> impl Strategy<Value = Value> {
             Just("input_image"),
             Just("reasoning_text"),
             Just("web_search"),
+            Just("namespace"),
+            Just("custom"),
+            Just("custom_tool_call"),
+            Just("additional_tools"),
+            Just("compaction"),
+            Just("msr1.AAAA"),
         ]
         .prop_map(Value::from),
     ];
@@ -50,6 +56,10 @@ fn arb_json() -> impl Strategy<Value = Value> {
             Just("text".to_string()),
             Just("summary".to_string()),
             Just("image_url".to_string()),
+            Just("tools".to_string()),
+            Just("namespace".to_string()),
+            Just("input".to_string()),
+            Just("encrypted_content".to_string()),
             "[a-z_]{1,8}",
         ];
         prop_oneof![
@@ -106,6 +116,7 @@ fn arb_responses_request() -> impl Strategy<Value = Value> {
                 Just("store"),
                 Just("max_output_tokens"),
                 Just("parallel_tool_calls"),
+                Just("include"),
             ],
             arb_json(),
             0..3,
@@ -197,6 +208,12 @@ proptest! {
     fn random_responses_shapes(req in arb_responses_request()) {
         thread_local!(static ENV: Env = env());
         ENV.with(|e| check_at(e, "/v1/responses", serde_json::to_vec(&req).unwrap()))?;
+    }
+
+    #[test]
+    fn random_responses_shapes_to_compact(req in arb_responses_request()) {
+        thread_local!(static ENV: Env = env());
+        ENV.with(|e| check_at(e, "/v1/responses/compact", serde_json::to_vec(&req).unwrap()))?;
     }
 
     #[test]

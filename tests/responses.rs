@@ -127,6 +127,13 @@ impl Respond for Script {
                 ],
             },
             "search" => Say::text("Searched; the time tool answered."),
+            "nscall" if results.is_empty() => Say {
+                reasoning: None,
+                content: None,
+                calls: vec![json!({"id": "call_n1", "type": "function",
+                                   "function": {"name": "multi_agent_v1__spawn_agent", "arguments": "{\"task\":\"t\"}"}})],
+            },
+            "nscall" => Say::text(&format!("Spawned: {}", results[0])),
             "err429" => return err(429, "rate limit reached"),
             "midfail" => {
                 let body = format!(
@@ -530,7 +537,7 @@ async fn stored_responses_belong_to_their_proxy_key() {
 async fn hosted_tools_are_a_400_naming_the_feature() {
     let s = setup().await;
     for (tool, name) in [
-        (json!({"type": "web_search"}), "web_search"),
+        (json!({"type": "mcp", "server_label": "x", "server_url": "http://127.0.0.1:9"}), "mcp"),
         (json!({"type": "file_search", "vector_store_ids": ["vs_1"]}), "file_search"),
         (
             json!({"type": "computer_use_preview", "display_width": 1, "display_height": 1, "environment": "linux"}),
@@ -858,4 +865,177 @@ async fn a_tool_call_turns_reasoning_is_remembered_streamed_and_not() {
             assert_eq!(st, 200, "{model} config={config:?} stream={stream} item={reasoning_item:?}: {r2}");
         }
     }
+}
+
+/// Codex declares `web_search` (hosted); with no server tool to serve it,
+/// it is left out of what the vendor sees instead of a 400.
+#[tokio::test]
+async fn an_unserved_web_search_is_left_out_not_a_400() {
+    let s = setup().await;
+    let body = json!({"model": "v/hello", "input": "x", "tools": [weather_tool(), {"type": "web_search", "external_web_access": false}]});
+    let (st, r) = create(&s.proxy, &body).await;
+    assert_eq!(st, 200, "{r}");
+    let up = s.requests();
+    let tools: Vec<&Value> = up[0]["tools"].as_array().unwrap().iter().map(|t| &t["function"]["name"]).collect();
+    assert_eq!(tools, [&json!("get_weather")]);
+    // Still echoed as declared.
+    assert_eq!(r["tools"][1]["type"], "web_search");
+}
+
+/// A namespace tool (Codex's `multi_agent_v1`) is offered flattened; the
+/// vendor's call comes back as the namespace and tool, and that call in the
+/// next turn's input reaches the vendor under the flattened name again.
+#[tokio::test]
+async fn namespace_tools_are_flattened_and_calls_mapped_back() {
+    let s = setup().await;
+    let ns = json!({"type": "namespace", "name": "multi_agent_v1", "description": "Sub-agents", "tools": [
+        {"type": "function", "name": "spawn_agent", "description": "Spawn", "strict": false,
+         "parameters": {"type": "object", "properties": {"task": {"type": "string"}}}}]});
+    let first = json!({"model": "v/nscall", "store": false, "input": "spawn one", "tools": [weather_tool(), ns]});
+    for stream in [false, true] {
+        let r1 = if stream {
+            let (st, ev) = create_stream(&s.proxy, &first).await;
+            assert_eq!(st, 200);
+            let done = ev.iter().find(|e| e["type"] == "response.output_item.done").unwrap();
+            assert_eq!(done["item"]["namespace"], "multi_agent_v1");
+            ev.last().unwrap()["response"].clone()
+        } else {
+            create(&s.proxy, &first).await.1
+        };
+        let call = &r1["output"][0];
+        assert_eq!(call["type"], "function_call", "{r1}");
+        assert_eq!((call["namespace"].as_str(), call["name"].as_str()), (Some("multi_agent_v1"), Some("spawn_agent")));
+        let mut second = first.clone();
+        second["input"] = json!([{"role": "user", "content": "spawn one"}, call,
+            {"type": "function_call_output", "call_id": call["call_id"], "output": "agent-7"}]);
+        let (st, r2) = create(&s.proxy, &second).await;
+        assert_eq!(st, 200, "{r2}");
+        assert_eq!(r2["output"][0]["content"][0]["text"], "Spawned: agent-7");
+    }
+    let up = s.requests();
+    let names: Vec<&Value> = up[0]["tools"].as_array().unwrap().iter().map(|t| &t["function"]["name"]).collect();
+    assert_eq!(names, [&json!("get_weather"), &json!("multi_agent_v1__spawn_agent")]);
+    let assistant = up[1]["messages"].as_array().unwrap().iter().find(|m| m["role"] == "assistant").unwrap();
+    assert_eq!(assistant["tool_calls"][0]["function"]["name"], "multi_agent_v1__spawn_agent");
+}
+
+async fn send_as(p: &Proxy, key: &str, body: &Value) -> (u16, Value) {
+    let r = p.http.post(p.url("/v1/responses")).bearer_auth(key).json(body).send().await.unwrap();
+    let status = r.status().as_u16();
+    let text = r.text().await.unwrap();
+    if body["stream"] == true && status == 200 {
+        let data = text.lines().rev().find_map(|l| l.strip_prefix("data: ")).unwrap();
+        return (status, serde_json::from_str::<Value>(data).unwrap()["response"].clone());
+    }
+    (status, serde_json::from_str(&text).unwrap_or(Value::String(text)))
+}
+
+/// `store: false` with `include: ["reasoning.encrypted_content"]` (Codex):
+/// the reasoning goes back to the client sealed, comes back with only the
+/// sealed part, and a replica that shares the key but not the store (here:
+/// another proxy in this process) restores it for the DeepSeek-like
+/// upstream; another proxy key's client cannot replay it.
+#[tokio::test]
+async fn sealed_reasoning_round_trips_through_the_client_alone() {
+    let auth = |c: &mut Config| {
+        c.auth = Some(toml::from_str(r#"keys = [{ key = "sk-alice-key" }, { key = "sk-bob-key-2" }]"#).unwrap());
+    };
+    let a = setup_tweaked("", auth).await;
+    let b = setup_tweaked("", auth).await;
+    let user = json!({"role": "user", "content": "Weather in Paris?"});
+    for stream in [false, true] {
+        let first = json!({"model": "v/deepseek", "store": false, "stream": stream,
+            "include": ["reasoning.encrypted_content"], "input": [user], "tools": [weather_tool()]});
+        let (st, r1) = send_as(&a.proxy, "sk-alice-key", &first).await;
+        assert_eq!(st, 200, "{r1}");
+        let rs = &r1["output"][0];
+        assert_eq!(rs["type"], "reasoning", "{r1}");
+        let sealed = rs["encrypted_content"].as_str().unwrap();
+        assert!(sealed.starts_with("msr1.") && !sealed.contains("Paris"), "{sealed}");
+        // Only the sealed part comes back.
+        let back = json!({"type": "reasoning", "id": rs["id"], "summary": [], "encrypted_content": sealed});
+        let call = &r1["output"][1];
+        let mut second = first.clone();
+        second["input"] =
+            json!([user, back, call, {"type": "function_call_output", "call_id": call["call_id"], "output": "22C"}]);
+        let (st, r2) = send_as(&b.proxy, "sk-alice-key", &second).await;
+        assert_eq!(st, 200, "{r2}");
+        let text = r2["output"].as_array().unwrap().iter().find(|i| i["type"] == "message").unwrap();
+        assert_eq!(text["content"][0]["text"], "Paris is 22C.");
+        let (st, e) = send_as(&b.proxy, "sk-bob-key-2", &second).await;
+        assert_eq!(st, 400, "{e}");
+        assert!(e["error"]["message"].as_str().unwrap().contains("reasoning_content"), "{e}");
+    }
+    let up = b.requests();
+    let assistant = up[0]["messages"].as_array().unwrap().iter().find(|m| m["role"] == "assistant").unwrap().clone();
+    assert_eq!(assistant["reasoning_content"], REASONING[0]);
+    // Not asked for: no `encrypted_content`.
+    let (_, r) =
+        send_as(&a.proxy, "sk-alice-key", &json!({"model": "v/deepseek", "input": [user], "tools": [weather_tool()]}))
+            .await;
+    assert!(r["output"][0].get("encrypted_content").is_none(), "{r}");
+}
+
+/// `POST /v1/responses/compact`: the same model summarizes; the answer is
+/// the user messages and a sealed `compaction` item, which goes upstream
+/// as the summary when it comes back.
+#[tokio::test]
+async fn compact_summarizes_and_the_compaction_item_comes_back_as_the_summary() {
+    let s = setup().await;
+    let input = json!([{"role": "user", "content": "first ask"}, {"type": "message", "role": "assistant", "content": "an answer"}]);
+    let r = s
+        .proxy
+        .http
+        .post(s.proxy.url("/v1/responses/compact"))
+        .json(&json!({"model": "v/echo", "input": input, "tools": [weather_tool()]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let c: Value = r.json().await.unwrap();
+    let out = c["output"].as_array().unwrap();
+    assert_eq!(out.len(), 2, "{c}");
+    assert_eq!(out[0]["content"], "first ask");
+    assert_eq!(out[1]["type"], "compaction");
+    let up = s.requests();
+    assert!(up[0].get("tools").is_none(), "{}", up[0]);
+    assert!(up[0]["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().contains("summary"));
+    let mut next = out.clone();
+    next.push(json!({"role": "user", "content": "go on"}));
+    let (st, r) = create(&s.proxy, &json!({"model": "v/echo", "store": false, "input": next})).await;
+    assert_eq!(st, 200, "{r}");
+    let users: Vec<String> = s.requests()[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .map(|m| m["content"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(users.len(), 3, "{users:?}");
+    assert!(
+        users[1].starts_with("A summary of the conversation so far") && users[1].contains("You said: first ask"),
+        "{users:?}"
+    );
+}
+
+/// The tool limit counts the tools the vendor is offered: a namespace's
+/// tools and `additional_tools` items count one by one.
+#[tokio::test]
+async fn the_tool_limit_counts_flattened_tools() {
+    let s = setup_tweaked("", |c| c.limits.max_tools = 2).await;
+    let f = |n: &str| json!({"type": "function", "name": n, "parameters": {"type": "object"}});
+    let ns = json!({"type": "namespace", "name": "grp", "tools": [f("a"), f("b")]});
+    let (st, e) = create(&s.proxy, &json!({"model": "v/hello", "input": "x", "tools": [f("c"), ns]})).await;
+    assert_eq!(st, 400, "{e}");
+    assert_eq!(e["error"]["param"], "tools");
+    let extra = json!({"type": "additional_tools", "role": "developer", "tools": [f("d"), f("e")]});
+    let (st, e) = create(
+        &s.proxy,
+        &json!({"model": "v/hello", "input": [extra, {"role": "user", "content": "x"}], "tools": [f("c")]}),
+    )
+    .await;
+    assert_eq!(st, 400, "{e}");
+    let (st, r) = create(&s.proxy, &json!({"model": "v/hello", "input": "x", "tools": [ns]})).await;
+    assert_eq!(st, 200, "{r}");
+    assert!(s.requests().len() == 1);
 }

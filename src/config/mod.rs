@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 pub mod auth;
 pub mod limits;
+pub mod responses;
 pub mod skills;
 pub mod state;
 pub mod telemetry;
@@ -79,6 +80,9 @@ pub struct Config {
     /// Optional OpenTelemetry trace export.
     #[serde(default)]
     pub telemetry: telemetry::TelemetryConfig,
+    /// The Responses front: reasoning keys, hosted tools it may drop.
+    #[serde(default)]
+    pub responses: responses::ResponsesConfig,
 }
 
 /// A `[models]` entry: one target, or targets tried in order when the

@@ -35,4 +35,8 @@ pub struct Core {
     pub tools: Option<Arc<crate::tools::Registry>>,
     /// What one request may weigh and its answer hold (`[limits]`).
     pub limits: crate::config::limits::LimitsConfig,
+    /// The `[responses]` settings (hosted tools it may drop).
+    pub responses: crate::config::responses::ResponsesConfig,
+    /// The keys sealing state a client carries (encrypted reasoning).
+    pub sealer: Arc<crate::state::sealed::Keyring>,
 }

@@ -75,6 +75,7 @@ impl AppState {
         // the process (crate::redact).
         let mut secrets: Vec<String> = providers.iter().filter_map(|p| p.api_key().map(str::to_string)).collect();
         secrets.extend(auth::raw_keys(config.auth.as_ref()));
+        secrets.extend(crate::state::sealed::Keyring::secrets_in_env(&config.responses.reasoning_keys_env));
         let redactor = crate::redact::install(secrets);
         if let Some(dir) = record {
             let headers = providers.iter().filter_map(|p| p.profile.auth_header.clone());
@@ -97,8 +98,24 @@ impl AppState {
         let tools = crate::tools::Registry::new(config.tools.as_ref(), config.mcp.as_ref(), skills)
             .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let discovery = models::Discovery::new(&providers);
-        let core =
-            Core { providers, upstream, store, state_ttl: config.state.ttl(), tools, limits: config.limits.clone() };
+        let sealer = crate::state::sealed::Keyring::from_env(&config.responses.reasoning_keys_env)
+            .map_err(ConfigError::Invalid)?;
+        if !sealer.shared {
+            tracing::debug!(
+                "no reasoning keys in {}: encrypted reasoning uses a random key of this process",
+                config.responses.reasoning_keys_env
+            );
+        }
+        let core = Core {
+            providers,
+            upstream,
+            store,
+            state_ttl: config.state.ttl(),
+            tools,
+            limits: config.limits.clone(),
+            responses: config.responses.clone(),
+            sealer: Arc::new(sealer),
+        };
         Ok(Arc::new(AppState {
             core: Arc::new(core),
             edge: edge::Edge::new(auth, config.limits.clone()),
@@ -214,6 +231,7 @@ fn router(state: Shared) -> Router {
     let fronts = Router::new()
         .route("/v1/chat/completions", post(chat::completions))
         .route("/v1/responses", post(responses::create))
+        .route("/v1/responses/compact", post(responses::compact))
         .route("/v1/responses/{id}", get(responses::retrieve).delete(responses::delete))
         .route("/v1/responses/{id}/input_items", get(responses::input_items))
         .route("/v1/messages", post(messages::create))

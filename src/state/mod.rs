@@ -10,6 +10,7 @@
 pub mod conversation;
 mod memory;
 mod redis;
+pub mod sealed;
 
 use std::num::NonZeroU32;
 use std::time::Duration;

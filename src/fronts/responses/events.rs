@@ -17,15 +17,30 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
+use super::names::Names;
 use crate::openai::Chunk;
 use crate::provider::UpstreamError;
 
 /// One output item while it is built.
 #[derive(Debug)]
 enum Kind {
-    Reasoning { text: String },
-    Message { text: String },
-    Call { call_id: String, name: String, arguments: String },
+    /// `sealed`: the text as `encrypted_content`, once the item is done.
+    Reasoning {
+        text: String,
+        sealed: Option<String>,
+    },
+    Message {
+        text: String,
+    },
+    /// `name` (and `namespace`) as the client declared the tool; `custom`
+    /// calls go back as `custom_tool_call` items with the raw `input`.
+    Call {
+        call_id: String,
+        name: String,
+        namespace: Option<String>,
+        custom: bool,
+        arguments: String,
+    },
 }
 
 #[derive(Debug)]
@@ -38,21 +53,46 @@ struct Item {
 impl Item {
     fn json(&self, status: &str, summary: bool) -> Value {
         match &self.kind {
-            Kind::Reasoning { text } => {
+            Kind::Reasoning { text, sealed } => {
                 let done = status != "in_progress";
                 let content = if done { json!([reasoning_part(text)]) } else { json!([]) };
                 let summary = if done && summary { json!([summary_part(text)]) } else { json!([]) };
-                json!({"id": self.id, "type": "reasoning", "summary": summary, "content": content, "status": status})
+                let mut item = json!({"id": self.id, "type": "reasoning", "summary": summary, "content": content, "status": status});
+                if let Some(sealed) = sealed.as_ref().filter(|_| done) {
+                    item["encrypted_content"] = json!(sealed);
+                }
+                item
             }
             Kind::Message { text } => {
                 let content = if status == "in_progress" { json!([]) } else { json!([text_part(text)]) };
                 json!({"id": self.id, "type": "message", "role": "assistant", "status": status, "content": content})
             }
-            Kind::Call { call_id, name, arguments } => {
+            Kind::Call { call_id, name, namespace, custom, arguments } => {
                 let arguments = if status == "in_progress" { "" } else { arguments.as_str() };
-                json!({"id": self.id, "type": "function_call", "status": status, "call_id": call_id, "name": name, "arguments": arguments})
+                let mut item = if *custom {
+                    json!({"id": self.id, "type": "custom_tool_call", "status": status, "call_id": call_id, "name": name, "input": custom_input(arguments)})
+                } else {
+                    json!({"id": self.id, "type": "function_call", "status": status, "call_id": call_id, "name": name, "arguments": arguments})
+                };
+                if let Some(ns) = namespace {
+                    item["namespace"] = json!(ns);
+                }
+                item
             }
         }
+    }
+}
+
+/// A custom call's raw input: the `input` argument of the function the
+/// vendor called (the whole arguments if they are not that object).
+fn custom_input(arguments: &str) -> String {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(Value::Object(o)) => match o.get("input") {
+            Some(Value::String(s)) => s.clone(),
+            Some(v) => v.to_string(),
+            None => arguments.to_string(),
+        },
+        _ => arguments.to_string(),
     }
 }
 
@@ -84,14 +124,43 @@ pub struct Builder {
     finish: Option<String>,
     /// The request asked for a reasoning summary (`reasoning.summary`).
     summary: bool,
+    /// Flattened tool names → the tools the client declared.
+    names: Names,
+    /// Seals a reasoning item's text into `encrypted_content`, when asked.
+    seal: Option<Sealer>,
 }
+
+/// Seals reasoning text for the request's owner.
+pub type Sealer = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 impl Builder {
     /// `response` is the object as created (status `in_progress`, no output);
     /// its `reasoning.summary` says whether summaries are filled.
     pub fn new(response: Value) -> Self {
         let summary = response["reasoning"]["summary"].as_str().is_some_and(|s| !s.is_empty());
-        Builder { response, seq: 0, items: Vec::new(), calls: BTreeMap::new(), usage: None, finish: None, summary }
+        Builder {
+            response,
+            seq: 0,
+            items: Vec::new(),
+            calls: BTreeMap::new(),
+            usage: None,
+            finish: None,
+            summary,
+            names: Names::default(),
+            seal: None,
+        }
+    }
+
+    /// Calls to these flattened names go back as the declared tools.
+    pub fn with_names(mut self, names: Names) -> Self {
+        self.names = names;
+        self
+    }
+
+    /// Every reasoning item also carries its text sealed (`encrypted_content`).
+    pub fn with_seal(mut self, seal: Sealer) -> Self {
+        self.seal = Some(seal);
+        self
     }
 
     fn event(&mut self, kind: &str, mut body: Map<String, Value>) -> Value {
@@ -131,7 +200,7 @@ impl Builder {
             let d = ch.delta;
             if let Some(r) = d.reasoning_content.filter(|r| !r.is_empty()) {
                 let i = self.text_item(true, out);
-                if let Kind::Reasoning { text } = &mut self.items[i].kind {
+                if let Kind::Reasoning { text, .. } = &mut self.items[i].kind {
                     text.push_str(&r);
                 }
                 if self.summary {
@@ -159,10 +228,15 @@ impl Builder {
                     None => {
                         self.close_text(out);
                         let call_id = tc.id.clone().unwrap_or_else(crate::openai::new_call_id);
-                        let name = f.name.clone().unwrap_or_default();
+                        let flat = f.name.clone().unwrap_or_default();
+                        let (name, namespace, custom) = match self.names.target(&flat) {
+                            Some(t) => (t.name.clone(), t.namespace.clone(), t.custom),
+                            None => (flat, None, false),
+                        };
+                        let prefix = if custom { "ctc" } else { "fc" };
                         let item = Item {
-                            id: new_id("fc"),
-                            kind: Kind::Call { call_id, name, arguments: String::new() },
+                            id: new_id(prefix),
+                            kind: Kind::Call { call_id, name, namespace, custom, arguments: String::new() },
                             done: false,
                         };
                         let i = self.open(item, out);
@@ -171,11 +245,17 @@ impl Builder {
                     }
                 };
                 if let Some(Value::String(a)) = f.arguments.filter(|a| a.as_str().is_some_and(|a| !a.is_empty())) {
-                    if let Kind::Call { arguments, .. } = &mut self.items[i].kind {
+                    let mut custom = false;
+                    if let Kind::Call { arguments, custom: c, .. } = &mut self.items[i].kind {
                         arguments.push_str(&a);
+                        custom = *c;
                     }
-                    let ev = self.at("response.function_call_arguments.delta", i, json!({"delta": a}));
-                    out.push(ev);
+                    // A custom call's input is known only whole (it is one
+                    // argument of the JSON): it comes with the item's `done`.
+                    if !custom {
+                        let ev = self.at("response.function_call_arguments.delta", i, json!({"delta": a}));
+                        out.push(ev);
+                    }
                 }
             }
             if ch.finish_reason.is_some() {
@@ -195,7 +275,7 @@ impl Builder {
         }
         self.close_all(out);
         let (prefix, kind) = if reasoning {
-            ("rs", Kind::Reasoning { text: String::new() })
+            ("rs", Kind::Reasoning { text: String::new(), sealed: None })
         } else {
             ("msg", Kind::Message { text: String::new() })
         };
@@ -242,8 +322,13 @@ impl Builder {
 
     fn close(&mut self, i: usize, out: &mut Vec<Value>) {
         self.items[i].done = true;
+        if let (Some(seal), Kind::Reasoning { text, sealed }) = (&self.seal, &mut self.items[i].kind)
+            && !text.is_empty()
+        {
+            *sealed = seal(text);
+        }
         let evs = match &self.items[i].kind {
-            Kind::Reasoning { text } => {
+            Kind::Reasoning { text, .. } => {
                 let text = text.clone();
                 let mut evs = Vec::new();
                 if self.summary {
@@ -262,6 +347,7 @@ impl Builder {
                     ("response.content_part.done", json!({"content_index": 0, "part": text_part(&text)})),
                 ]
             }
+            Kind::Call { custom: true, .. } => Vec::new(),
             Kind::Call { arguments, name, .. } => {
                 vec![("response.function_call_arguments.done", json!({"arguments": arguments, "name": name}))]
             }
@@ -512,5 +598,67 @@ mod tests {
         assert_eq!(f["type"], "response.failed");
         assert_eq!(f["response"]["error"]["code"], "server_error");
         assert_eq!(f["response"]["output"][0]["status"], "incomplete");
+    }
+
+    fn call_chunk(index: u32, id: Option<&str>, name: Option<&str>, args: &str) -> Chunk {
+        serde_json::from_value(json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+            "choices": [{"index": 0, "delta": {"tool_calls": [{"index": index, "id": id, "type": "function",
+                "function": {"name": name, "arguments": args}}]}, "finish_reason": null}]}))
+        .unwrap()
+    }
+
+    #[test]
+    fn flattened_calls_go_back_as_the_declared_namespace_and_custom_tools() {
+        let mut names = Names::default();
+        names.plain("exec_command");
+        let spawn = names.add(Some("multi_agent_v1"), "spawn_agent", false);
+        let patch = names.add(None, "apply_patch", true);
+        let mut b = Builder::new(json!({"id": "resp_1"})).with_names(names);
+        let mut ev = Vec::new();
+        b.push(call_chunk(0, Some("call_1"), Some(&spawn), "{\"task\":"), &mut ev);
+        b.push(call_chunk(0, None, None, "\"x\"}"), &mut ev);
+        b.push(call_chunk(1, Some("call_2"), Some(&patch), "{\"input\": \"*** Begin Patch\"}"), &mut ev);
+        b.push(call_chunk(2, Some("call_3"), Some("exec_command"), "{}"), &mut ev);
+        ev.extend(b.finish());
+        let out = b.response()["output"].clone();
+        assert_eq!(
+            out[0],
+            json!({"id": out[0]["id"], "type": "function_call", "status": "completed", "call_id": "call_1",
+                   "name": "spawn_agent", "namespace": "multi_agent_v1", "arguments": "{\"task\":\"x\"}"})
+        );
+        assert_eq!(out[1]["type"], "custom_tool_call");
+        assert_eq!(out[1]["name"], "apply_patch");
+        assert_eq!(out[1]["input"], "*** Begin Patch");
+        assert!(out[1].get("namespace").is_none());
+        assert_eq!(out[2]["name"], "exec_command");
+        assert!(out[2].get("namespace").is_none());
+        // The done events name the declared tool; a custom call has no argument deltas.
+        let done: Vec<&Value> = ev.iter().filter(|e| e["type"] == "response.output_item.done").collect();
+        assert_eq!(done[0]["item"]["namespace"], "multi_agent_v1");
+        assert!(!ev.iter().any(|e| e["type"] == "response.function_call_arguments.delta" && e["output_index"] == 1));
+    }
+
+    #[test]
+    fn reasoning_is_sealed_once_when_asked() {
+        let mut b = Builder::new(json!({"id": "resp_1"})).with_seal(Box::new(|t| Some(format!("sealed({t})"))));
+        let mut ev = Vec::new();
+        let chunk: Chunk = serde_json::from_value(json!({"id": "c", "object": "chat.completion.chunk", "created": 1,
+            "model": "m", "choices": [{"index": 0, "delta": {"reasoning_content": "think"}, "finish_reason": null}]}))
+        .unwrap();
+        b.push(chunk, &mut ev);
+        let added = ev.iter().find(|e| e["type"] == "response.output_item.added").unwrap();
+        assert!(added["item"].get("encrypted_content").is_none());
+        ev.extend(b.finish());
+        let done = ev.iter().find(|e| e["type"] == "response.output_item.done").unwrap();
+        assert_eq!(done["item"]["encrypted_content"], "sealed(think)");
+        assert_eq!(b.response()["output"][0]["encrypted_content"], "sealed(think)");
+        // Not asked: no field.
+        let mut plain = Builder::new(json!({"id": "resp_2"}));
+        let chunk: Chunk = serde_json::from_value(json!({"id": "c", "object": "chat.completion.chunk", "created": 1,
+            "model": "m", "choices": [{"index": 0, "delta": {"reasoning_content": "think"}, "finish_reason": null}]}))
+        .unwrap();
+        plain.push(chunk, &mut Vec::new());
+        plain.finish();
+        assert!(plain.response()["output"][0].get("encrypted_content").is_none());
     }
 }

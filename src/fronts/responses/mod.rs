@@ -10,6 +10,7 @@
 //! `GET` and `DELETE /v1/responses/{id}`, `GET /v1/responses/{id}/input_items`.
 
 pub mod events;
+pub mod names;
 pub mod request;
 pub mod store;
 
@@ -28,8 +29,34 @@ use crate::core::Core;
 use crate::error::ApiError;
 use crate::openai::Chunk;
 use crate::provider::UpstreamError;
+use crate::state::sealed::OpenError;
 use events::{Builder, new_id};
 use request::Request;
+
+/// The text of an item this proxy sealed for `owner`; anything else is
+/// ignored (logged): the item then counts as its readable text.
+fn open_sealed(s: &Core, sealed: &str, owner: Option<&str>) -> Option<String> {
+    match s.sealer.open(sealed, owner) {
+        Ok(text) => Some(text),
+        // Another backend's item (a conversation begun on OpenAI): expected.
+        Err(e @ OpenError::Foreign) => {
+            tracing::debug!("encrypted reasoning ignored: {e}");
+            None
+        }
+        Err(e) => {
+            tracing::warn!("encrypted reasoning ignored: {e}");
+            None
+        }
+    }
+}
+
+/// Whether the request asks for `encrypted_content` in reasoning items.
+fn wants_sealed(req: &Request) -> bool {
+    req.body
+        .get("include")
+        .and_then(Value::as_array)
+        .is_some_and(|i| i.iter().any(|v| v.as_str() == Some("reasoning.encrypted_content")))
+}
 
 pub async fn create(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response, ApiError> {
     let mut req = request::parse(&body)?;
@@ -59,7 +86,20 @@ pub async fn create(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response,
         let suffix = format!("__{kind}");
         names.iter().find(|n| *n == kind || n.ends_with(&suffix)).cloned()
     };
-    let chat = request::to_chat(&req, &history, &lookup)?;
+    let (chat, names) = {
+        let open = |sealed: &str| open_sealed(&s, sealed, owner.as_deref());
+        let opts = request::Options { server_tool: &lookup, drop_hosted: &s.responses.drop_hosted_tools, open: &open };
+        request::to_chat_with(&req, &history, &opts)?
+    };
+    // The edge counts the body's `tools`; a namespace or an
+    // `additional_tools` item holds more, counted as offered.
+    let offered = chat.tools.as_ref().map_or(0, Vec::len);
+    if offered > s.limits.max_tools {
+        return Err(ApiError::invalid_param(
+            "tools",
+            format!("Too many tools: {offered} with those in namespaces, the limit is {}.", s.limits.max_tools),
+        ));
+    }
     // The edge counts `messages` of chat bodies; here they exist only now,
     // with the stored history in them.
     let max = s.limits.max_messages;
@@ -81,7 +121,11 @@ pub async fn create(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response,
     let new = history.len();
     let mut items = history;
     items.extend(req.input.iter().cloned());
-    let builder = Builder::new(skeleton(&req, &new_id("resp")));
+    let mut builder = Builder::new(skeleton(&req, &new_id("resp"))).with_names(names);
+    if wants_sealed(&req) {
+        let (sealer, owner) = (s.sealer.clone(), owner.clone());
+        builder = builder.with_seal(Box::new(move |text| sealer.seal(text, owner.as_deref())));
+    }
     // Returns once the upstream answered: an upstream that fails at once
     // gets its HTTP status and OpenAI error body here.
     let chunks = crate::core::answer(&s, chat).await?;
@@ -100,6 +144,79 @@ pub async fn create(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response,
         save(&s, owner.as_deref(), &b, items, new).await;
     }
     Ok(Json(b.response().clone()).into_response())
+}
+
+/// What the model is asked for when a conversation is compacted.
+const COMPACT_PROMPT: &str = "Context compaction: write a summary of the conversation above that lets another model continue the task without it. Keep the goal, the decisions made, what was done and found (files, commands, results), what is left to do, and anything the user asked for. Answer with the summary only.";
+
+/// `POST /v1/responses/compact` (Codex's remote compaction; Codex 0.171
+/// with a custom provider compacts with a plain `/v1/responses` call
+/// instead): the same model summarizes the input, and the answer is the
+/// input's user messages and one `compaction` item holding the summary
+/// sealed like encrypted reasoning, which becomes a user message again
+/// when it comes back in a later request's input.
+pub async fn compact(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response, ApiError> {
+    let mut req = request::parse(&body)?;
+    let owner = store::owner();
+    if req.input.len() > s.limits.max_messages {
+        return Err(ApiError::invalid_param(
+            "input",
+            format!("Too many input items: {}, the limit is {}.", req.input.len(), s.limits.max_messages),
+        ));
+    }
+    store::resolve(&s, owner.as_deref(), &mut req.input).await?;
+    let kept: Vec<Value> = req
+        .input
+        .iter()
+        .filter(|it| it.get("type").and_then(Value::as_str) == Some("message") && it["role"] == "user")
+        .cloned()
+        .collect();
+    req.input.push(json!({"type": "message", "role": "user", "content": COMPACT_PROMPT}));
+    req.stream = false;
+    for k in ["tool_choice", "parallel_tool_calls", "text", "previous_response_id"] {
+        req.body.remove(k);
+    }
+    req.previous_response_id = None;
+    let mut chat = {
+        let none = |_: &str| None;
+        let open = |sealed: &str| open_sealed(&s, sealed, owner.as_deref());
+        // The tools stay declared (a namespace call in the history needs its
+        // name) but the model is not offered them.
+        let opts = request::Options { server_tool: &none, drop_hosted: &s.responses.drop_hosted_tools, open: &open };
+        request::to_chat_with(&req, &[], &opts)?.0
+    };
+    chat.tools = None;
+    chat.extra.remove("tool_choice");
+    let mut b = Builder::new(json!({"id": new_id("resp"), "output": []}));
+    let mut chunks = crate::core::answer(&s, chat).await?;
+    let mut events = Vec::new();
+    while let Some(c) = chunks.next().await {
+        b.push(c?, &mut events);
+        events.clear();
+    }
+    b.finish();
+    let r = b.response();
+    let summary: String = r["output"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|it| it["type"] == "message")
+        .filter_map(|it| it["content"][0]["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let Some(sealed) = s.sealer.seal(&summary, owner.as_deref()) else {
+        return Err(ApiError::invalid("The summary could not be sealed."));
+    };
+    let mut output = kept;
+    output.push(json!({"type": "compaction", "id": new_id("cmp"), "encrypted_content": sealed}));
+    Ok(Json(json!({
+        "id": r["id"],
+        "object": "response.compaction",
+        "created_at": crate::openai::now(),
+        "output": output,
+        "usage": r["usage"],
+    }))
+    .into_response())
 }
 
 /// The length of `v` as JSON, counted without building the text.

@@ -4,10 +4,11 @@
 //! their chat names. Whatever chat completions cannot express is a 400 that
 //! names it; nothing is silently dropped that would change the answer.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
+use super::names::Names;
 use crate::error::ApiError;
 use crate::openai::{ChatRequest, Message};
 
@@ -112,14 +113,30 @@ pub fn hosted_kind(kind: &str) -> String {
     k
 }
 
-/// Translates to a chat request: `history` (the stored items of the
-/// previous response) then this request's input. `server_tool` answers
-/// which configured server tool (if any) serves a hosted tool kind.
+/// What the translation needs besides the body.
+pub struct Options<'a> {
+    /// Which configured server tool (if any) serves a hosted tool kind.
+    pub server_tool: &'a dyn Fn(&str) -> Option<String>,
+    /// Hosted kinds left out (with a warning) when nothing serves them.
+    pub drop_hosted: &'a [String],
+    /// The text of a reasoning item's `encrypted_content` this proxy sealed
+    /// for this owner; `None` ignores it (the item counts as its readable text).
+    pub open: &'a dyn Fn(&str) -> Option<String>,
+}
+
+/// [`to_chat_with`] with nothing dropped and no reasoning keys.
 pub fn to_chat(
     req: &Request,
     history: &[Value],
     server_tool: &dyn Fn(&str) -> Option<String>,
 ) -> Result<ChatRequest, ApiError> {
+    to_chat_with(req, history, &Options { server_tool, drop_hosted: &[], open: &|_| None }).map(|(c, _)| c)
+}
+
+/// Translates to a chat request: `history` (the stored items of the
+/// previous response) then this request's input; also the flattened tool
+/// names, to map the vendor's calls back.
+pub fn to_chat_with(req: &Request, history: &[Value], opts: &Options) -> Result<(ChatRequest, Names), ApiError> {
     let b = &req.body;
     let mut messages = Vec::new();
     match b.get("instructions") {
@@ -130,30 +147,49 @@ pub fn to_chat(
         Some(_) => return Err(ApiError::invalid_param("instructions", "`instructions` must be a string.")),
     }
     let earlier = history.len();
-    let all: Vec<&Value> = history.iter().chain(req.input.iter()).collect();
+    // The declared tools: `tools`, and those of `additional_tools` items.
+    let mut declared: Vec<(String, &Value)> = match b.get("tools") {
+        Some(Value::Array(list)) => list.iter().enumerate().map(|(i, t)| (format!("tools[{i}]"), t)).collect(),
+        _ => Vec::new(),
+    };
+    for (i, item) in history.iter().chain(req.input.iter()).enumerate() {
+        if item.get("type").and_then(Value::as_str) == Some("additional_tools")
+            && let Some(list) = item.get("tools").and_then(Value::as_array)
+        {
+            let at = if i >= earlier { format!("input[{}]", i - earlier) } else { "previous_response_id".into() };
+            declared.extend(list.iter().enumerate().map(|(j, t)| (format!("{at}.tools[{j}]"), t)));
+        }
+    }
+    let mut names = Names::default();
+    for (_, t) in &declared {
+        if t.get("type").and_then(Value::as_str) == Some("function")
+            && let Some(n) = t.get("name").and_then(Value::as_str)
+        {
+            names.plain(n);
+        }
+    }
+    let mut hosted = BTreeMap::new();
+    let mut dropped = Vec::new();
+    let mut out = Vec::new();
+    for (param, t) in &declared {
+        match tool(t, param, opts, &mut names)? {
+            Tool::Functions(f) => out.extend(f),
+            Tool::Hosted { kind, server } => {
+                hosted.insert(kind, server);
+            }
+            Tool::Dropped(kind) => dropped.push(kind),
+        }
+    }
+    let tools = (!out.is_empty()).then_some(out);
+    let items = rewrite_items(history.iter().chain(req.input.iter()), &names, opts);
+    let all: Vec<&Value> = items.iter().collect();
     messages.extend(to_messages(&all, earlier)?);
     if messages.is_empty() {
         return Err(ApiError::invalid_param("input", "Missing required parameter: 'input'."));
     }
     let mut extra = Map::new();
-    let mut hosted = BTreeMap::new();
-    let tools = match b.get("tools") {
-        Some(Value::Array(list)) => {
-            let mut out = Vec::new();
-            for (i, t) in list.iter().enumerate() {
-                match tool(t, i, server_tool)? {
-                    Tool::Function(f) => out.push(f),
-                    Tool::Hosted { kind, server } => {
-                        hosted.insert(kind, server);
-                    }
-                }
-            }
-            (!out.is_empty()).then_some(out)
-        }
-        _ => None,
-    };
     if let Some(tc) = b.get("tool_choice").filter(|v| !v.is_null()) {
-        extra.insert("tool_choice".into(), tool_choice(tc, &hosted)?);
+        extra.insert("tool_choice".into(), tool_choice(tc, &hosted, &dropped, &names)?);
     }
     for (from, to) in [
         ("temperature", "temperature"),
@@ -189,39 +225,114 @@ pub fn to_chat(
     if req.stream {
         extra.insert("stream_options".into(), json!({"include_usage": true}));
     }
-    Ok(ChatRequest { model: req.model.clone(), messages, stream: Some(req.stream), tools, extra })
+    Ok((ChatRequest { model: req.model.clone(), messages, stream: Some(req.stream), tools, extra }, names))
 }
 
 enum Tool {
-    Function(Value),
-    Hosted { kind: String, server: String },
+    Functions(Vec<Value>),
+    Hosted {
+        kind: String,
+        server: String,
+    },
+    /// A hosted kind nothing serves, left out.
+    Dropped(String),
 }
 
-fn tool(t: &Value, i: usize, server_tool: &dyn Fn(&str) -> Option<String>) -> Result<Tool, ApiError> {
-    let param = format!("tools[{i}]");
+/// A function tool as a chat function under `name`.
+fn function(t: &Value, name: &str) -> Value {
+    let mut f = Map::new();
+    f.insert("name".into(), json!(name));
+    for k in ["description", "parameters", "strict"] {
+        if let Some(v) = t.get(k).filter(|v| !v.is_null()) {
+            f.insert(k.into(), v.clone());
+        }
+    }
+    f.entry("parameters").or_insert_with(|| json!({"type": "object", "properties": {}}));
+    json!({"type": "function", "function": f})
+}
+
+/// A `custom` (free-form input) tool as a chat function with one string
+/// argument `input`; its grammar, if any, is told in the description.
+fn custom_function(t: &Value, name: &str) -> Value {
+    let mut description = t.get("description").and_then(Value::as_str).unwrap_or("").to_string();
+    if let Some(f) = t.get("format").filter(|f| f.get("type").and_then(Value::as_str) == Some("grammar")) {
+        let syntax = f.get("syntax").and_then(Value::as_str).unwrap_or("");
+        let definition = f.get("definition").and_then(Value::as_str).unwrap_or("");
+        description.push_str(&format!("\n\nThe `input` follows this {syntax} grammar:\n{definition}"));
+    }
+    json!({"type": "function", "function": {
+        "name": name,
+        "description": description.trim(),
+        "parameters": {"type": "object", "properties": {"input": {"type": "string", "description": "The tool's raw input."}}, "required": ["input"]},
+    }})
+}
+
+fn tool(t: &Value, param: &str, opts: &Options, names: &mut Names) -> Result<Tool, ApiError> {
     let kind = t.get("type").and_then(Value::as_str).unwrap_or("");
+    let name_of = |t: &Value, param: &str| -> Result<String, ApiError> {
+        t.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()).map(str::to_string).ok_or_else(|| {
+            ApiError::invalid_param(&format!("{param}.name"), format!("A `{kind}` tool needs a `name`."))
+        })
+    };
     match kind {
         "function" => {
-            let Some(name) = t.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) else {
-                return Err(ApiError::invalid_param(&format!("{param}.name"), "A function tool needs a `name`."));
-            };
-            let mut f = Map::new();
-            f.insert("name".into(), json!(name));
-            for k in ["description", "parameters", "strict"] {
-                if let Some(v) = t.get(k).filter(|v| !v.is_null()) {
-                    f.insert(k.into(), v.clone());
+            let name = name_of(t, param)?;
+            Ok(Tool::Functions(vec![function(t, &name)]))
+        }
+        "custom" => {
+            let name = name_of(t, param)?;
+            let flat = names.add(None, &name, true);
+            Ok(Tool::Functions(vec![custom_function(t, &flat)]))
+        }
+        // A group of tools (Codex): each offered under a flattened name.
+        "namespace" => {
+            let ns = name_of(t, param)?;
+            let mut out = Vec::new();
+            for (j, inner) in t.get("tools").and_then(Value::as_array).into_iter().flatten().enumerate() {
+                let at = format!("{param}.tools[{j}]");
+                match inner.get("type").and_then(Value::as_str) {
+                    Some("function") => {
+                        let flat = names.add(Some(&ns), &name_of(inner, &at)?, false);
+                        out.push(function(inner, &flat));
+                    }
+                    Some("custom") => {
+                        let flat = names.add(Some(&ns), &name_of(inner, &at)?, true);
+                        out.push(custom_function(inner, &flat));
+                    }
+                    other => {
+                        return Err(ApiError::invalid_param(
+                            &at,
+                            format!(
+                                "A `namespace` tool may hold function and custom tools, not `{}`.",
+                                other.unwrap_or("")
+                            ),
+                        ));
+                    }
                 }
             }
-            f.entry("parameters").or_insert_with(|| json!({"type": "object", "properties": {}}));
-            Ok(Tool::Function(json!({"type": "function", "function": f})))
+            Ok(Tool::Functions(out))
         }
-        "" => Err(ApiError::invalid_param(&param, "Every tool needs a `type`.")),
+        "" => Err(ApiError::invalid_param(param, "Every tool needs a `type`.")),
         other => {
             let want = hosted_kind(other);
-            match server_tool(&want) {
+            match (opts.server_tool)(&want) {
                 Some(server) => Ok(Tool::Hosted { kind: other.to_string(), server }),
+                None if opts.drop_hosted.contains(&want) => {
+                    // Codex declares it on every turn: warned once per kind.
+                    static WARNED: std::sync::Mutex<BTreeSet<String>> = std::sync::Mutex::new(BTreeSet::new());
+                    let first = WARNED.lock().map(|mut w| w.insert(want.clone())).unwrap_or(false);
+                    if first {
+                        tracing::warn!(
+                            tool = other,
+                            "hosted tool left out: no server-side tool `{want}` is configured to serve it"
+                        );
+                    } else {
+                        tracing::debug!(tool = other, "hosted tool left out");
+                    }
+                    Ok(Tool::Dropped(other.to_string()))
+                }
                 None => Err(ApiError::invalid_param(
-                    &param,
+                    param,
                     format!(
                         "The hosted tool type `{other}` is not supported by this proxy: it translates the Responses API to chat completions, which only has function tools. Configure a server-side tool named `{want}` to serve it, or declare a function tool instead."
                     ),
@@ -231,17 +342,78 @@ fn tool(t: &Value, i: usize, server_tool: &dyn Fn(&str) -> Option<String>) -> Re
     }
 }
 
-fn tool_choice(tc: &Value, hosted: &BTreeMap<String, String>) -> Result<Value, ApiError> {
+/// The items as `to_messages` reads them: calls to flattened tools under
+/// the names the vendor knows, custom calls as function calls, reasoning
+/// sealed by this proxy opened, compaction summaries as user messages;
+/// `additional_tools` items (only declarations) left out.
+fn rewrite_items<'a>(items: impl Iterator<Item = &'a Value>, names: &Names, opts: &Options) -> Vec<Value> {
+    items
+        .filter(|it| it.get("type").and_then(Value::as_str) != Some("additional_tools"))
+        .filter_map(|it| {
+            let kind = it.get("type").and_then(Value::as_str).unwrap_or("");
+            let ns = it.get("namespace").and_then(Value::as_str);
+            let name = it.get("name").and_then(Value::as_str);
+            let v = match kind {
+                "function_call" if ns.is_some() => {
+                    let mut it = it.clone();
+                    if let (Some(o), Some(name)) = (it.as_object_mut(), name) {
+                        o.insert("name".into(), json!(names.flat(ns, name)));
+                        o.remove("namespace");
+                    }
+                    it
+                }
+                "custom_tool_call" => {
+                    let input = it.get("input").and_then(Value::as_str).unwrap_or("");
+                    let flat = name.map(|n| names.flat_custom(ns, n));
+                    json!({"type": "function_call", "call_id": it.get("call_id"), "name": flat,
+                           "arguments": json!({"input": input}).to_string()})
+                }
+                "custom_tool_call_output" => {
+                    json!({"type": "function_call_output", "call_id": it.get("call_id"), "output": it.get("output")})
+                }
+                "reasoning" => match it.get("encrypted_content").and_then(Value::as_str).and_then(|e| (opts.open)(e)) {
+                    Some(text) => {
+                        let mut it = it.clone();
+                        it["content"] = json!([{"type": "reasoning_text", "text": text}]);
+                        it
+                    }
+                    None => it.clone(),
+                },
+                "compaction" | "compaction_summary" => {
+                    let text = it.get("encrypted_content").and_then(Value::as_str).and_then(|e| (opts.open)(e))?;
+                    json!({"type": "message", "role": "user", "content": format!("{COMPACTED}{text}")})
+                }
+                _ => it.clone(),
+            };
+            Some(v)
+        })
+        .collect()
+}
+
+/// What a compaction summary is introduced by when it goes back upstream.
+pub const COMPACTED: &str = "A summary of the conversation so far (earlier turns were compacted):\n\n";
+
+fn tool_choice(
+    tc: &Value,
+    hosted: &BTreeMap<String, String>,
+    dropped: &[String],
+    names: &Names,
+) -> Result<Value, ApiError> {
     let bad = |m: String| ApiError::invalid_param("tool_choice", m);
     match tc {
         Value::String(s) if matches!(s.as_str(), "auto" | "none" | "required") => Ok(tc.clone()),
         Value::String(s) => Err(bad(format!("Unknown `tool_choice` value `{s}`."))),
         Value::Object(o) => match o.get("type").and_then(Value::as_str) {
-            Some("function") => match o.get("name").and_then(Value::as_str) {
-                Some(name) => Ok(json!({"type": "function", "function": {"name": name}})),
-                None => Err(bad("A function `tool_choice` needs a `name`.".into())),
+            Some(kind @ ("function" | "custom")) => match o.get("name").and_then(Value::as_str) {
+                Some(name) => {
+                    let ns = o.get("namespace").and_then(Value::as_str);
+                    let flat = if kind == "custom" { names.flat_custom(ns, name) } else { names.flat(ns, name) };
+                    Ok(json!({"type": "function", "function": {"name": flat}}))
+                }
+                None => Err(bad(format!("A {kind} `tool_choice` needs a `name`."))),
             },
             Some("allowed_tools") => Ok(json!(o.get("mode").and_then(Value::as_str).unwrap_or("auto"))),
+            Some(kind) if dropped.iter().any(|d| d == kind) => Ok(json!("auto")),
             Some(kind) => match hosted.get(kind) {
                 Some(server) => Ok(json!({"type": "function", "function": {"name": server}})),
                 None => Err(bad(format!("The `tool_choice` type `{kind}` is not supported by this proxy."))),
@@ -615,5 +787,134 @@ mod tests {
         }
         let r = req(json!({"model": "m", "input": [{"type": "computer_call_output", "call_id": "c"}]}));
         assert_eq!(to_chat(&r, &[], &none).unwrap_err().to_openai().1.param.as_deref(), Some("input[0]"));
+    }
+
+    fn codex_opts<'a>(open: &'a dyn Fn(&str) -> Option<String>, drop: &'a [String]) -> Options<'a> {
+        Options { server_tool: &none, drop_hosted: drop, open }
+    }
+
+    fn dropped() -> Vec<String> {
+        crate::config::responses::ResponsesConfig::default().drop_hosted_tools
+    }
+
+    fn vendor_safe(name: &str) -> bool {
+        regex::Regex::new("^[a-zA-Z0-9_-]{1,64}$").unwrap().is_match(name)
+    }
+
+    /// Codex 0.171's first request as captured (tests/codex): every tool
+    /// offered under a vendor-safe name, the namespace flattened, the
+    /// hosted `web_search` left out, the rest of the body accepted.
+    #[test]
+    fn codex_first_request_translates() {
+        let body = include_str!("../../../tests/codex/first_request.json");
+        let r = parse(body.as_bytes()).unwrap();
+        let (c, names) = to_chat_with(&r, &[], &codex_opts(&|_| None, &dropped())).unwrap();
+        let tools: Vec<&str> =
+            c.tools.as_ref().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+        assert!(tools.iter().all(|n| vendor_safe(n)), "{tools:?}");
+        assert!(tools.contains(&"exec_command") && tools.contains(&"multi_agent_v1__spawn_agent"), "{tools:?}");
+        assert!(!tools.iter().any(|n| n.contains("web_search")), "{tools:?}");
+        let t = names.target("multi_agent_v1__wait_agent").unwrap();
+        assert_eq!((t.namespace.as_deref(), t.name.as_str()), (Some("multi_agent_v1"), "wait_agent"));
+        assert_eq!(c.messages[0].role, "developer");
+        assert_eq!(c.messages.last().unwrap().content, "run echo hi");
+        assert_eq!(c.extra["parallel_tool_calls"], true);
+        assert!(c.extra.get("client_metadata").is_none() && c.extra.get("include").is_none());
+        // Without the drop list, web_search is still the named 400.
+        let e = to_chat_with(&r, &[], &codex_opts(&|_| None, &[])).unwrap_err();
+        assert!(e.to_openai().1.message.contains("web_search"));
+    }
+
+    /// The request Codex compacts with (a plain turn without tools, the
+    /// reasoning and a call in the history) and one for a model Codex knows
+    /// (tools in an `additional_tools` item, a `custom` tool in a namespace).
+    #[test]
+    fn codex_compaction_and_known_model_requests_translate() {
+        let body = include_str!("../../../tests/codex/compaction_request.json");
+        let r = parse(body.as_bytes()).unwrap();
+        let (c, _) = to_chat_with(&r, &[], &codex_opts(&|_| None, &dropped())).unwrap();
+        assert!(c.tools.is_none());
+        let call = c.messages.iter().find(|m| m.extra.contains_key("tool_calls")).unwrap();
+        assert_eq!(call.extra["tool_calls"][0]["function"]["name"], "exec_command");
+        assert_eq!(call.extra["reasoning_content"], "raw thinking");
+
+        let body = include_str!("../../../tests/codex/known_model_request.json");
+        let r = parse(body.as_bytes()).unwrap();
+        let (c, names) = to_chat_with(&r, &[], &codex_opts(&|_| None, &dropped())).unwrap();
+        let tools = c.tools.unwrap();
+        let exec = tools.iter().find(|t| t["function"]["name"] == "functions__exec").unwrap();
+        assert_eq!(exec["function"]["parameters"]["required"], json!(["input"]));
+        assert!(exec["function"]["description"].as_str().unwrap().contains("lark grammar"));
+        assert!(names.target("functions__exec").unwrap().custom);
+        assert!(tools.iter().any(|t| t["function"]["name"] == "collaboration__spawn_agent"));
+        assert!(c.messages.iter().all(|m| m.role != "additional_tools"));
+    }
+
+    #[test]
+    fn namespace_and_custom_calls_in_the_history_use_the_offered_names() {
+        let r = req(json!({"model": "m", "store": false,
+        "tools": [
+            {"type": "function", "name": "exec_command", "parameters": {"type": "object"}},
+            {"type": "namespace", "name": "multi_agent_v1", "description": "agents", "tools": [
+                {"type": "function", "name": "spawn_agent", "parameters": {"type": "object"}}]},
+            {"type": "custom", "name": "apply_patch", "description": "Patch files",
+             "format": {"type": "grammar", "syntax": "lark", "definition": "start: x"}}
+        ],
+        "tool_choice": {"type": "function", "name": "spawn_agent", "namespace": "multi_agent_v1"},
+        "input": [
+            {"type": "message", "role": "user", "content": "go"},
+            {"type": "function_call", "call_id": "c1", "namespace": "multi_agent_v1", "name": "spawn_agent", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "spawned"},
+            {"type": "custom_tool_call", "call_id": "c2", "name": "apply_patch", "input": "*** Begin Patch"},
+            {"type": "custom_tool_call_output", "call_id": "c2", "output": "patched"}
+        ]}));
+        let (c, names) = to_chat_with(&r, &[], &codex_opts(&|_| None, &[])).unwrap();
+        let tools = c.tools.unwrap();
+        let offered: Vec<&str> = tools.iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+        assert_eq!(offered, ["exec_command", "multi_agent_v1__spawn_agent", "apply_patch"]);
+        assert_eq!(c.extra["tool_choice"]["function"]["name"], "multi_agent_v1__spawn_agent");
+        assert_eq!(c.messages[1].extra["tool_calls"][0]["function"]["name"], "multi_agent_v1__spawn_agent");
+        assert_eq!(c.messages[2].content, "spawned");
+        let custom = &c.messages[3].extra["tool_calls"][0]["function"];
+        assert_eq!(custom["name"], "apply_patch");
+        assert_eq!(
+            serde_json::from_str::<Value>(custom["arguments"].as_str().unwrap()).unwrap()["input"],
+            "*** Begin Patch"
+        );
+        assert_eq!(c.messages[4].role, "tool");
+        assert_eq!(c.messages[4].content, "patched");
+        assert!(names.target("apply_patch").unwrap().custom);
+        assert!(names.target("exec_command").is_none());
+    }
+
+    #[test]
+    fn an_unserved_web_search_is_dropped_when_listed() {
+        let r = req(json!({"model": "m", "input": "x", "tools": [
+            {"type": "function", "name": "f", "parameters": {"type": "object"}},
+            {"type": "web_search", "external_web_access": false}
+        ], "tool_choice": {"type": "web_search"}}));
+        let (c, _) = to_chat_with(&r, &[], &codex_opts(&|_| None, &dropped())).unwrap();
+        assert_eq!(c.tools.unwrap().len(), 1);
+        assert_eq!(c.extra["tool_choice"], "auto");
+        // A kind not listed is still refused by name.
+        let r = req(json!({"model": "m", "input": "x", "tools": [{"type": "file_search", "vector_store_ids": []}]}));
+        let e = to_chat_with(&r, &[], &codex_opts(&|_| None, &dropped())).unwrap_err();
+        assert_eq!(e.to_openai().1.param.as_deref(), Some("tools[0]"));
+    }
+
+    #[test]
+    fn sealed_reasoning_is_opened_else_the_readable_text_counts() {
+        let open = |s: &str| (s == "sealed-by-us").then(|| "the vendor's own reasoning".to_string());
+        let r = req(json!({"model": "m", "input": [
+            {"type": "message", "role": "user", "content": "go"},
+            {"type": "reasoning", "summary": [], "encrypted_content": "sealed-by-us"},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "ok"},
+            {"type": "reasoning", "summary": [{"type": "summary_text", "text": "summary"}], "encrypted_content": "forged"},
+            {"type": "function_call", "call_id": "c2", "name": "f", "arguments": "{}"}
+        ]}));
+        let (c, _) = to_chat_with(&r, &[], &codex_opts(&open, &[])).unwrap();
+        assert_eq!(c.messages[1].extra["reasoning_content"], "the vendor's own reasoning");
+        assert_eq!(c.messages[3].extra["reasoning_content"], "summary");
     }
 }

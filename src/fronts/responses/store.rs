@@ -45,6 +45,7 @@ pub async fn save(s: &Core, owner: Option<&str>, response: &Value, mut items: Ve
             indexed[i] = i >= new;
             let prefix = match o.get("type").and_then(Value::as_str) {
                 Some("function_call") => "fc",
+                Some("custom_tool_call") => "ctc",
                 Some("function_call_output") => "fco",
                 Some("reasoning") => "rs",
                 _ => "msg",
