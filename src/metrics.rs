@@ -34,6 +34,13 @@ pub const REFUSED: &str = "modelshim_refused_total";
 pub const IN_FLIGHT: &str = "modelshim_in_flight_requests";
 /// Agent-loop iterations (incremented by the server-side tool loop).
 pub const LOOP_ITERATIONS: &str = "modelshim_agent_loop_iterations_total";
+/// Tokens of answers by proxy key, provider, model and kind (input,
+/// cached_input, output, reasoning; input includes cached_input, output
+/// includes reasoning).
+pub const KEY_TOKENS: &str = "modelshim_key_tokens_total";
+/// Cost of answers by proxy key, provider, model and currency, in
+/// nano-units (1e-9) of the currency: integers, so sums are exact.
+pub const COST: &str = "modelshim_cost_nanos_total";
 /// State backend errors by backend and operation.
 pub const STATE_ERRORS: &str = "modelshim_state_errors_total";
 /// 1 while the state backend answers, 0 while it is down (degraded).
@@ -86,6 +93,8 @@ fn describe() {
     describe_gauge!(IN_FLIGHT, "Requests being served");
     describe_counter!(LOOP_ITERATIONS, "Agent-loop iterations");
     describe_counter!(STATE_ERRORS, "State backend errors");
+    describe_counter!(KEY_TOKENS, "Tokens of upstream answers by proxy key, provider, model and kind");
+    describe_counter!(COST, "Cost of upstream answers in nano-units (1e-9) of the currency");
     describe_gauge!(STATE_UP, "1 while the state backend answers");
     // Registered up front so dashboards see them before the first event.
     counter!(LOOP_ITERATIONS).increment(0);
@@ -185,6 +194,34 @@ pub fn tokens(provider: &str, model: &str, prompt: Option<u64>, completion: Opti
         if let Some(n) = n {
             counter.increment(n);
         }
+    }
+}
+
+/// One request's spend on one upstream answer (a key name is one of the
+/// configured keys', so the series stay bounded).
+/// `tokens` are (kind, count) pairs.
+pub fn spend(key: &str, provider: &str, model: &str, tokens: &[(&'static str, u64)], cost: Option<(u64, &str)>) {
+    let labels = |kind: &'static str| {
+        [
+            ("key", key.to_string()),
+            ("provider", provider.to_string()),
+            ("model", model.to_string()),
+            ("kind", kind.into()),
+        ]
+    };
+    for &(kind, n) in tokens {
+        if n > 0 {
+            counter!(KEY_TOKENS, &labels(kind)).increment(n);
+        }
+    }
+    if let Some((nanos, currency)) = cost {
+        let l = [
+            ("key", key.to_string()),
+            ("provider", provider.to_string()),
+            ("model", model.to_string()),
+            ("currency", currency.to_string()),
+        ];
+        counter!(COST, &l).increment(nanos);
     }
 }
 

@@ -26,6 +26,8 @@ pub struct Sent {
     pub plan: Plan,
     pub reply: Reply,
     pub conversation: Option<Chain>,
+    /// A whole answer's turn of the request's spend, for its usage once parsed.
+    pub turn: Option<Arc<crate::spend::Turn>>,
 }
 
 /// Sends the request along its route or fallback chain.
@@ -68,6 +70,10 @@ async fn attempt(
     let owner = ctx.and_then(|c| c.key.as_deref());
     let conversation =
         super::reasoning::prepare_history(&mut req, &p.profile, &route.model, s.store.as_ref(), owner).await;
+    let price = p.prices.of(&route.model);
+    if price.is_some() || ctx.is_some_and(|c| c.spend.counted()) {
+        ask_for_usage(&mut req);
+    }
     let plan = request::normalize(&mut req, &p.profile, &route.model, p.prompt_for(&route.model));
     // Boxed, so the request's future splits into two allocations below the
     // allocator's 8 KiB size class: a request's future there, freed dirty
@@ -75,7 +81,65 @@ async fn attempt(
     // of which one page is used, so every open stream held a page more.
     let reply = Box::pin(resilience::post(&s.upstream, p, "chat/completions", &req)).await?;
     let reply = measured(reply, ctx.cloned(), &p.name, p.metric_model(&route.model));
-    Ok(Sent { route: route.clone(), plan, reply, conversation })
+    let (reply, turn) = tallied(reply, ctx, p, &route.model, price);
+    Ok(Sent { route: route.clone(), plan, reply, conversation, turn })
+}
+
+/// A streamed request asks the upstream for its usage (OpenAI-compatible
+/// servers send it only when asked), so what it costs can be counted; the
+/// normalizer sends the client only the usage it asked for. A profile that
+/// drops `stream_options` still does.
+pub(crate) fn ask_for_usage(req: &mut ChatRequest) {
+    if !req.is_stream() || req.wants_usage() {
+        return;
+    }
+    match req.extra.get_mut("stream_options").and_then(Value::as_object_mut) {
+        Some(o) => {
+            o.insert("include_usage".into(), Value::Bool(true));
+        }
+        None => {
+            req.extra.insert("stream_options".into(), serde_json::json!({"include_usage": true}));
+        }
+    }
+}
+
+/// The reply counted as a turn of the request's spend: a stream's usage as
+/// it goes by (and its events, the estimate when it is cut before), a whole
+/// answer's where it is parsed (its turn is returned for that).
+pub(crate) fn tallied(
+    reply: Reply,
+    ctx: Option<&Arc<RequestCtx>>,
+    p: &crate::provider::Provider,
+    model: &str,
+    price: Option<Arc<crate::spend::Price>>,
+) -> (Reply, Option<Arc<crate::spend::Turn>>) {
+    let Some(c) = ctx else { return (reply, None) };
+    let turn = c.spend.turn(&p.name, p.metric_model(model), price);
+    match reply {
+        Reply::Json(body) => {
+            turn.body(body.bytes().len());
+            (Reply::Json(body), Some(turn))
+        }
+        Reply::Events(events) => {
+            let fields = p.profile.response.usage.clone();
+            (
+                Reply::Events(Box::pin(events.inspect(move |ev| {
+                    if let Ok(data) = ev {
+                        turn.event();
+                        if data.contains("\"usage\"")
+                            && let Ok(v) = serde_json::from_str::<Value>(data)
+                            && let Some(u) = v.get("usage").filter(|u| u.is_object())
+                        {
+                            let mut u = u.clone();
+                            crate::stream::usage::normalize(&mut u, &fields);
+                            turn.usage(&u);
+                        }
+                    }
+                }))),
+                None,
+            )
+        }
+    }
 }
 
 /// Records time to first token now, and a stream's token usage when it goes by.

@@ -99,9 +99,14 @@ impl AppState {
         let discovery = models::Discovery::new(&providers);
         let core =
             Core { providers, upstream, store, state_ttl: config.state.ttl(), tools, limits: config.limits.clone() };
+        let core = Arc::new(core);
         Ok(Arc::new(AppState {
-            core: Arc::new(core),
-            edge: edge::Edge::new(auth, config.limits.clone()),
+            core: core.clone(),
+            edge: edge::Edge::new(
+                auth,
+                config.limits.clone(),
+                crate::spend::Ledger::new(core.store.clone(), config.auth.as_ref().and_then(|a| a.currency.as_deref())),
+            ),
             redactor,
             discovery,
             ready: AtomicBool::new(true),
@@ -225,6 +230,7 @@ fn router(state: Shared) -> Router {
         // Ids contain `/` (`deepseek/deepseek-chat`): the rest of the path.
         .route("/v1/models/{*id}", get(models::retrieve))
         .route("/v1/embeddings", post(passthrough::embeddings))
+        .route("/v1/usage", get(usage))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -236,6 +242,14 @@ fn router(state: Shared) -> Router {
 
 async fn metrics() -> impl IntoResponse {
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::metrics::render())
+}
+
+/// `GET /v1/usage`: the calling key's spend and budgets (docs/spend.md).
+async fn usage(State(s): State<Shared>) -> Response {
+    let key = edge::current().and_then(|c| c.key.clone());
+    let name = key.as_deref().unwrap_or(edge::ANONYMOUS);
+    let budget = key.as_deref().and_then(|k| s.edge.auth.named(k)).map(|k| k.budget).unwrap_or_default();
+    axum::Json(s.edge.ledger.report(name, &budget).await).into_response()
 }
 
 async fn readyz(State(s): State<Shared>) -> impl IntoResponse {
