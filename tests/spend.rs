@@ -353,3 +353,44 @@ fn bundled_prices_name_their_source_and_date() {
     let ds = &profiles["deepseek"].prices;
     assert!(ds.keys().any(|g| globset::Glob::new(g).unwrap().compile_matcher().is_match("deepseek-v4-flash")));
 }
+
+/// Answers a server tool call first (`current_time`), then text once the
+/// result is in; every answer reports 1,000 + 500 tokens with 800 cache hits.
+struct LoopBrain;
+
+impl wiremock::Respond for LoopBrain {
+    fn respond(&self, r: &wiremock::Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&r.body).unwrap();
+        let has_result = body["messages"].as_array().unwrap().iter().any(|m| m["role"] == "tool");
+        let msg = if has_result {
+            json!({"role": "assistant", "content": "It is late."})
+        } else {
+            json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_t1", "type": "function",
+                "function": {"name": "current_time", "arguments": "{}"}}]})
+        };
+        let mut c = completion(msg, if has_result { "stop" } else { "tool_calls" });
+        c["usage"] = deepseek_usage();
+        ResponseTemplate::new(200).set_body_json(c)
+    }
+}
+
+#[tokio::test]
+async fn every_hidden_agent_loop_iteration_is_counted() {
+    let server = MockServer::start().await;
+    Mock::given(method("POST")).respond_with(LoopBrain).mount(&server).await;
+    let auth: modelshim::config::auth::AuthConfig =
+        toml::from_str("keys = [{ key = \"sk-looped-key\", name = \"looped\" }]").unwrap();
+    let tools: modelshim::config::Config = toml::from_str("[tools]\nbuiltin = [\"current_time\"]\n").unwrap();
+    let p = proxy_with(PROFILE, &server.uri(), move |c| {
+        c.auth = Some(auth);
+        c.tools = tools.tools;
+    })
+    .await;
+    let (st, body, _) =
+        chat(&p, "looped", json!({"model": "v/m", "messages": [{"role": "user", "content": "time?"}]})).await;
+    assert_eq!(st, 200, "{body}");
+    assert_eq!(body["choices"][0]["message"]["content"], "It is late.");
+    assert_eq!(server.received_requests().await.unwrap().len(), 2, "one hidden iteration, then the answer");
+    let u = usage_until(&p, "looped", |u| u["today"]["tokens"] == 3000).await;
+    assert!(close(u["today"]["cost"].as_f64().unwrap(), 2.0 * HAND_COST), "{u}");
+}

@@ -426,10 +426,12 @@ impl Drop for Done {
             && !self.ctx.spend.is_empty()
         {
             let s = self.ctx.spend.summary(&ledger.currency);
-            for (provider, model, t, c) in &s.turns {
+            for turn in &s.turns {
+                let t = &turn.tokens;
                 let kinds =
                     [("input", t.input), ("cached_input", t.cached), ("output", t.output), ("reasoning", t.reasoning)];
-                crate::metrics::spend(key, provider, model, &kinds, c.as_ref().map(|(n, cur)| (*n, cur.as_str())));
+                let cost = turn.cost.as_ref().map(|(n, cur)| (*n, cur.as_str()));
+                crate::metrics::spend(key, &turn.provider, &turn.model, &kinds, cost);
             }
             ledger.charge(key, &s.tokens, s.cost);
             tokens = s.tokens.total();

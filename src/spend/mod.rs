@@ -93,8 +93,18 @@ pub struct Summary {
     pub cost: u64,
     /// Whether any turn had a price in the budget currency.
     pub priced: bool,
-    /// Per turn: provider, model label, tokens, cost and its currency.
-    pub turns: Vec<(String, String, Tokens, Option<(u64, String)>)>,
+    pub turns: Vec<TurnSpend>,
+}
+
+/// One turn's share of a [`Summary`].
+#[derive(Debug, Clone)]
+pub struct TurnSpend {
+    pub provider: String,
+    /// The model's metrics label.
+    pub model: String,
+    pub tokens: Tokens,
+    /// Nano-units and their currency (none without a price).
+    pub cost: Option<(u64, String)>,
 }
 
 impl Tally {
@@ -152,7 +162,7 @@ impl Tally {
                 s.cost = s.cost.saturating_add(*n);
                 s.priced = true;
             }
-            s.turns.push((t.provider.clone(), t.model.clone(), tokens, cost));
+            s.turns.push(TurnSpend { provider: t.provider.clone(), model: t.model.clone(), tokens, cost });
         }
         s
     }
