@@ -80,8 +80,7 @@ async fn attempt(
     // over both its pages, was reused as an open stream's connection buffer,
     // of which one page is used, so every open stream held a page more.
     let reply = Box::pin(resilience::post(&s.upstream, p, "chat/completions", &req)).await?;
-    let reply = measured(reply, ctx.cloned(), &p.name, p.metric_model(&route.model));
-    let (reply, turn) = tallied(reply, ctx, p, &route.model, price);
+    let (reply, turn) = measured(reply, ctx, p, &route.model, price);
     Ok(Sent { route: route.clone(), plan, reply, conversation, turn })
 }
 
@@ -113,55 +112,67 @@ pub(crate) fn tallied(
     model: &str,
     price: Option<Arc<crate::spend::Price>>,
 ) -> (Reply, Option<Arc<crate::spend::Turn>>) {
-    let Some(c) = ctx else { return (reply, None) };
-    let turn = c.spend.turn(&p.name, p.metric_model(model), price);
-    match reply {
-        Reply::Json(body) => {
-            turn.body(body.bytes().len());
-            (Reply::Json(body), Some(turn))
-        }
-        Reply::Events(events) => {
-            let fields = p.profile.response.usage.clone();
-            (
-                Reply::Events(Box::pin(events.inspect(move |ev| {
-                    if let Ok(data) = ev {
-                        turn.event();
-                        if data.contains("\"usage\"")
-                            && let Ok(v) = serde_json::from_str::<Value>(data)
-                            && let Some(u) = v.get("usage").filter(|u| u.is_object())
-                        {
-                            let mut u = u.clone();
-                            crate::stream::usage::normalize(&mut u, &fields);
-                            turn.usage(&u);
-                        }
-                    }
-                }))),
-                None,
-            )
-        }
-    }
+    counted(reply, ctx, p, model, price, false)
 }
 
-/// Records time to first token now, and a stream's token usage when it goes by.
-fn measured(reply: Reply, ctx: Option<Arc<RequestCtx>>, provider: &str, model: &str) -> Reply {
-    if let Some(c) = &ctx {
-        crate::metrics::first_token(provider, model, c.start.elapsed());
+/// Records time to first token now, and a stream's token usage (metrics
+/// and spend) when it goes by.
+fn measured(
+    reply: Reply,
+    ctx: Option<&Arc<RequestCtx>>,
+    p: &crate::provider::Provider,
+    model: &str,
+    price: Option<Arc<crate::spend::Price>>,
+) -> (Reply, Option<Arc<crate::spend::Turn>>) {
+    if let Some(c) = ctx {
+        crate::metrics::first_token(&p.name, p.metric_model(model), c.start.elapsed());
     }
+    counted(reply, ctx, p, model, price, true)
+}
+
+fn counted(
+    reply: Reply,
+    ctx: Option<&Arc<RequestCtx>>,
+    p: &crate::provider::Provider,
+    model: &str,
+    price: Option<Arc<crate::spend::Price>>,
+    metrics: bool,
+) -> (Reply, Option<Arc<crate::spend::Turn>>) {
+    let label = p.metric_model(model);
+    let turn = ctx.map(|c| c.spend.turn(&p.name, label, price));
     match reply {
-        // A whole answer's usage is counted where it is parsed (chat::plain).
-        json @ Reply::Json(_) => json,
+        // A whole answer's usage is counted where it is parsed.
+        Reply::Json(body) => {
+            if let Some(t) = &turn {
+                t.body(body.bytes().len());
+            }
+            (Reply::Json(body), turn)
+        }
+        Reply::Events(events) if turn.is_none() && !metrics => (Reply::Events(events), None),
         Reply::Events(events) => {
-            let (provider, model) = (provider.to_string(), model.to_string());
-            Reply::Events(Box::pin(events.inspect(move |ev| {
+            let (provider, label) = (p.name.clone(), label.to_string());
+            let fields = p.profile.response.usage.clone();
+            let stream = events.inspect(move |ev| {
+                let Ok(data) = ev else { return };
+                if let Some(t) = &turn {
+                    t.event();
+                }
                 // Only the chunk carrying usage is parsed twice.
-                if let Ok(data) = ev
-                    && data.contains("\"usage\"")
+                if data.contains("\"usage\"")
                     && let Ok(v) = serde_json::from_str::<Value>(data)
                     && let Some(u) = v.get("usage").filter(|u| u.is_object())
                 {
-                    crate::metrics::usage(&provider, &model, u);
+                    if metrics {
+                        crate::metrics::usage(&provider, &label, u);
+                    }
+                    if let Some(t) = &turn {
+                        let mut u = u.clone();
+                        crate::stream::usage::normalize(&mut u, &fields);
+                        t.usage(&u);
+                    }
                 }
-            })))
+            });
+            (Reply::Events(Box::pin(stream)), None)
         }
     }
 }
