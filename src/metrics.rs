@@ -197,31 +197,54 @@ pub fn tokens(provider: &str, model: &str, prompt: Option<u64>, completion: Opti
     }
 }
 
-/// One request's spend on one upstream answer (a key name is one of the
-/// configured keys', so the series stay bounded).
-/// `tokens` are (kind, count) pairs.
-pub fn spend(key: &str, provider: &str, model: &str, tokens: &[(&'static str, u64)], cost: Option<(u64, &str)>) {
-    let labels = |kind: &'static str| {
-        [
-            ("key", key.to_string()),
-            ("provider", provider.to_string()),
-            ("model", model.to_string()),
-            ("kind", kind.into()),
-        ]
-    };
-    for &(kind, n) in tokens {
+/// The spend series of one key, provider, model and currency.
+struct SpendSeries {
+    /// input, cached_input, output, reasoning.
+    tokens: [Counter; 4],
+    /// None for an unpriced model (no empty `currency` series).
+    cost: Option<Counter>,
+}
+
+const SPEND_KINDS: [&str; 4] = ["input", "cached_input", "output", "reasoning"];
+
+type SpendMap = HashMap<Box<str>, Arc<SpendSeries>, Hasher>;
+static SPEND: LazyLock<RwLock<SpendMap>> = LazyLock::new(Default::default);
+
+fn spend_series(key: &str, provider: &str, model: &str, currency: &str) -> Arc<SpendSeries> {
+    let id = [key, provider, model, currency].join("\0");
+    if let Ok(map) = SPEND.read()
+        && let Some(s) = map.get(id.as_str())
+    {
+        return s.clone();
+    }
+    let l = |k: &'static str, v: &str| (k, v.to_string());
+    let tokens = SPEND_KINDS.map(|kind| {
+        counter!(KEY_TOKENS, &[l("key", key), l("provider", provider), l("model", model), l("kind", kind)])
+    });
+    let cost = (!currency.is_empty())
+        .then(|| counter!(COST, &[l("key", key), l("provider", provider), l("model", model), l("currency", currency)]));
+    let s = Arc::new(SpendSeries { tokens, cost });
+    if let Ok(mut map) = SPEND.write()
+        && map.len() < MAX_SERIES
+    {
+        map.insert(id.into(), s.clone());
+    }
+    s
+}
+
+/// One request's spend on one upstream answer: tokens as input,
+/// cached_input, output, reasoning; the cost in nano-units of `currency`
+/// (none unpriced). Key names are the configured keys', models the metric
+/// labels, so the series stay bounded.
+pub fn spend(key: &str, provider: &str, model: &str, tokens: [u64; 4], cost: Option<(u64, &str)>) {
+    let s = spend_series(key, provider, model, cost.map_or("", |(_, c)| c));
+    for (counter, n) in s.tokens.iter().zip(tokens) {
         if n > 0 {
-            counter!(KEY_TOKENS, &labels(kind)).increment(n);
+            counter.increment(n);
         }
     }
-    if let Some((nanos, currency)) = cost {
-        let l = [
-            ("key", key.to_string()),
-            ("provider", provider.to_string()),
-            ("model", model.to_string()),
-            ("currency", currency.to_string()),
-        ];
-        counter!(COST, &l).increment(nanos);
+    if let (Some((nanos, _)), Some(c)) = (cost, &s.cost) {
+        c.increment(nanos);
     }
 }
 

@@ -428,10 +428,14 @@ impl Drop for Done {
             let s = self.ctx.spend.summary(&ledger.currency);
             for turn in &s.turns {
                 let t = &turn.tokens;
-                let kinds =
-                    [("input", t.input), ("cached_input", t.cached), ("output", t.output), ("reasoning", t.reasoning)];
                 let cost = turn.cost.as_ref().map(|(n, cur)| (*n, cur.as_str()));
-                crate::metrics::spend(key, &turn.provider, &turn.model, &kinds, cost);
+                crate::metrics::spend(
+                    key,
+                    &turn.provider,
+                    &turn.model,
+                    [t.input, t.cached, t.output, t.reasoning],
+                    cost,
+                );
             }
             ledger.charge(key, &s.tokens, s.cost);
             tokens = s.tokens.total();

@@ -309,7 +309,8 @@ impl Loop {
                 }
                 let offer = self.offer(&history);
                 let (req, plan) = self.request(&history, iteration, &offer);
-                let call = upstream_chunks(&self.s, &self.provider, &self.model, self.ctx.as_ref(), &req, self.settings(plan, &offer));
+                let settings = self.settings(plan, &offer);
+                let call = upstream_chunks(&self.s, &self.provider, &self.model, self.ctx.as_ref(), &req, settings);
                 let mut chunks = match tokio::time::timeout(remaining, call).await {
                     Ok(Ok(c)) => c,
                     Ok(Err(e)) => { yield Err(e); return; }
