@@ -264,7 +264,71 @@ struct Line {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::MemoryStore;
+    use crate::state::{MemoryStore, StateError};
+    use futures_util::future::BoxFuture;
+
+    /// Shared counters that can be "down" (what Redis does, in process).
+    #[derive(Default)]
+    struct Shared {
+        down: AtomicBool,
+        counters: Mutex<HashMap<String, i64>>,
+    }
+
+    impl StateStore for Shared {
+        fn get<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<Option<Value>, StateError>> {
+            Box::pin(async { Ok(None) })
+        }
+        fn put<'a>(&'a self, _: &'a str, _: &'a str, _: Value, _: Duration) -> BoxFuture<'a, Result<(), StateError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn delete<'a>(&'a self, _: &'a str, _: &'a str) -> BoxFuture<'a, Result<(), StateError>> {
+            Box::pin(async { Ok(()) })
+        }
+        fn kind(&self) -> &'static str {
+            "shared"
+        }
+        fn add_counters<'a>(
+            &'a self,
+            counters: &'a [(String, i64, Duration)],
+        ) -> BoxFuture<'a, Result<Option<Vec<i64>>, StateError>> {
+            Box::pin(async move {
+                if self.down.load(Ordering::Relaxed) {
+                    return Err(StateError::Unavailable("down".into()));
+                }
+                let mut m = self.counters.lock().unwrap();
+                Ok(Some(
+                    counters
+                        .iter()
+                        .map(|(k, d, _)| {
+                            let v = m.entry(k.clone()).or_default();
+                            *v += d;
+                            *v
+                        })
+                        .collect(),
+                ))
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn while_the_store_is_down_a_replica_counts_alone_and_pushes_it_later() {
+        let store = Arc::new(Shared::default());
+        let a = Arc::new(Ledger::new(store.clone(), None));
+        let b = Arc::new(Ledger::new(store.clone(), None));
+        let t = |n| Tokens { input: n, ..Tokens::default() };
+        a.charge("k", &t(10), 0);
+        assert_eq!(a.sync("k").await.tokens_day, 10);
+        assert_eq!(b.sync("k").await.tokens_day, 10, "one counter for both");
+        store.down.store(true, Ordering::Relaxed);
+        a.charge("k", &t(5), 0);
+        b.charge("k", &t(7), 0);
+        assert_eq!(a.sync("k").await.tokens_month, 15, "what it saw plus its own");
+        assert_eq!(b.sync("k").await.tokens_month, 17);
+        store.down.store(false, Ordering::Relaxed);
+        assert_eq!(a.sync("k").await.tokens_day, 15);
+        assert_eq!(b.sync("k").await.tokens_day, 22, "both replicas' counts reached the store, once each");
+        assert_eq!(a.sync("k").await.tokens_day, 22);
+    }
 
     #[tokio::test]
     async fn a_key_over_its_tokens_is_refused_with_the_reset() {
