@@ -1,6 +1,8 @@
 //! Two replicas sharing nothing but a real redis-server: state written
-//! through replica A's store is read by replica B, both keep serving, and a
-//! Redis that goes away leaves them degraded but serving.
+//! through replica A's store is read by replica B, both keep serving, a
+//! key's token budget is one across replicas (spend), and a Redis that goes
+//! away leaves them degraded but serving (spend counted locally, pushed
+//! once it is back).
 //!
 //! Needs the `redis-server` binary (Debian: `apt-get install redis-server`;
 //! `.ci/run` installs it) and fails with that message when it is missing.
