@@ -14,6 +14,7 @@ pub mod provider;
 pub mod redact;
 pub mod server;
 pub mod skills;
+pub mod spend;
 pub mod state;
 pub mod stream;
 pub mod telemetry;

@@ -34,6 +34,13 @@ pub const REFUSED: &str = "modelshim_refused_total";
 pub const IN_FLIGHT: &str = "modelshim_in_flight_requests";
 /// Agent-loop iterations (incremented by the server-side tool loop).
 pub const LOOP_ITERATIONS: &str = "modelshim_agent_loop_iterations_total";
+/// Tokens of answers by proxy key, provider, model and kind (input,
+/// cached_input, output, reasoning; input includes cached_input, output
+/// includes reasoning).
+pub const KEY_TOKENS: &str = "modelshim_key_tokens_total";
+/// Cost of answers by proxy key, provider, model and currency, in
+/// nano-units (1e-9) of the currency: integers, so sums are exact.
+pub const COST: &str = "modelshim_cost_nanos_total";
 /// State backend errors by backend and operation.
 pub const STATE_ERRORS: &str = "modelshim_state_errors_total";
 /// 1 while the state backend answers, 0 while it is down (degraded).
@@ -86,6 +93,8 @@ fn describe() {
     describe_gauge!(IN_FLIGHT, "Requests being served");
     describe_counter!(LOOP_ITERATIONS, "Agent-loop iterations");
     describe_counter!(STATE_ERRORS, "State backend errors");
+    describe_counter!(KEY_TOKENS, "Tokens of upstream answers by proxy key, provider, model and kind");
+    describe_counter!(COST, "Cost of upstream answers in nano-units (1e-9) of the currency");
     describe_gauge!(STATE_UP, "1 while the state backend answers");
     // Registered up front so dashboards see them before the first event.
     counter!(LOOP_ITERATIONS).increment(0);
@@ -185,6 +194,57 @@ pub fn tokens(provider: &str, model: &str, prompt: Option<u64>, completion: Opti
         if let Some(n) = n {
             counter.increment(n);
         }
+    }
+}
+
+/// The spend series of one key, provider, model and currency.
+struct SpendSeries {
+    /// input, cached_input, output, reasoning.
+    tokens: [Counter; 4],
+    /// None for an unpriced model (no empty `currency` series).
+    cost: Option<Counter>,
+}
+
+const SPEND_KINDS: [&str; 4] = ["input", "cached_input", "output", "reasoning"];
+
+type SpendMap = HashMap<Box<str>, Arc<SpendSeries>, Hasher>;
+static SPEND: LazyLock<RwLock<SpendMap>> = LazyLock::new(Default::default);
+
+fn spend_series(key: &str, provider: &str, model: &str, currency: &str) -> Arc<SpendSeries> {
+    let id = [key, provider, model, currency].join("\0");
+    if let Ok(map) = SPEND.read()
+        && let Some(s) = map.get(id.as_str())
+    {
+        return s.clone();
+    }
+    let l = |k: &'static str, v: &str| (k, v.to_string());
+    let tokens = SPEND_KINDS.map(|kind| {
+        counter!(KEY_TOKENS, &[l("key", key), l("provider", provider), l("model", model), l("kind", kind)])
+    });
+    let cost = (!currency.is_empty())
+        .then(|| counter!(COST, &[l("key", key), l("provider", provider), l("model", model), l("currency", currency)]));
+    let s = Arc::new(SpendSeries { tokens, cost });
+    if let Ok(mut map) = SPEND.write()
+        && map.len() < MAX_SERIES
+    {
+        map.insert(id.into(), s.clone());
+    }
+    s
+}
+
+/// One request's spend on one upstream answer: tokens as input,
+/// cached_input, output, reasoning; the cost in nano-units of `currency`
+/// (none unpriced). Key names are the configured keys', models the metric
+/// labels, so the series stay bounded.
+pub fn spend(key: &str, provider: &str, model: &str, tokens: [u64; 4], cost: Option<(u64, &str)>) {
+    let s = spend_series(key, provider, model, cost.map_or("", |(_, c)| c));
+    for (counter, n) in s.tokens.iter().zip(tokens) {
+        if n > 0 {
+            counter.increment(n);
+        }
+    }
+    if let (Some((nanos, _)), Some(c)) = (cost, &s.cost) {
+        c.increment(nanos);
     }
 }
 

@@ -1,6 +1,8 @@
 //! Two replicas sharing nothing but a real redis-server: state written
-//! through replica A's store is read by replica B, both keep serving, and a
-//! Redis that goes away leaves them degraded but serving.
+//! through replica A's store is read by replica B, both keep serving, a
+//! key's token budget is one across replicas (spend), and a Redis that goes
+//! away leaves them degraded but serving (spend counted locally, pushed
+//! once it is back).
 //!
 //! Needs the `redis-server` binary (Debian: `apt-get install redis-server`;
 //! `.ci/run` installs it) and fails with that message when it is missing.
@@ -358,4 +360,123 @@ async fn a_stored_response_is_continued_and_read_on_the_other_replica() {
     // A new conversation is still served (and simply not stored).
     let (st, _) = post(&b, json!({"model": "v/m", "input": "fresh"})).await;
     assert_eq!(st, 200);
+}
+
+/// Spend (issue 33): a `modelshim serve` process with one key `alice`
+/// (`tokens_per_day = 50`) in front of `upstream`, sharing `redis_port`.
+async fn spend_process(upstream: &str, redis_port: u16) -> ServeProcess {
+    let config = format!(
+        r#"
+[providers.v]
+base_url = "{upstream}/v1"
+models = ["m"]
+[providers.v.prices."m"]
+input = 1.0
+output = 2.0
+[auth]
+keys = [{{ key = "sk-alice-shared", name = "alice", tokens_per_day = 50 }}]
+[state]
+redis_url = "redis://127.0.0.1:{redis_port}/"
+"#
+    );
+    serve_process(&config, &[]).await
+}
+
+async fn spend_chat(p: &Proxy) -> (u16, serde_json::Value) {
+    let body = json!({"model": "v/m", "messages": [{"role": "user", "content": "hi"}]});
+    let r = p.http.post(p.url("/v1/chat/completions")).bearer_auth("sk-alice-shared").json(&body).send().await.unwrap();
+    let st = r.status().as_u16();
+    (st, r.json().await.unwrap_or_default())
+}
+
+async fn spend_usage(p: &Proxy) -> serde_json::Value {
+    let r = p.http.get(p.url("/v1/usage")).bearer_auth("sk-alice-shared").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    r.json().await.unwrap()
+}
+
+/// `/v1/usage` of `p` until today's tokens are `n` (a charge is pushed to
+/// Redis just after the response).
+async fn tokens_become(p: &Proxy, n: u64) -> serde_json::Value {
+    let t = Instant::now();
+    loop {
+        let u = spend_usage(p).await;
+        if u["today"]["tokens"] == n {
+            return u;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "today's tokens never became {n}: {u}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn thirty_tokens() -> serde_json::Value {
+    let mut c = completion(json!({"role": "assistant", "content": "ok"}), "stop");
+    c["usage"] = json!({"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30});
+    c
+}
+
+#[tokio::test]
+async fn two_processes_sharing_redis_enforce_one_budget() {
+    let redis = start_redis();
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(thirty_tokens()))
+        .mount(&server)
+        .await;
+    let a = spend_process(&server.uri(), redis.port).await;
+    let b = spend_process(&server.uri(), redis.port).await;
+    // 30 tokens through A; B sees them.
+    assert_eq!(spend_chat(&a.proxy).await.0, 200);
+    tokens_become(&b.proxy, 30).await;
+    // 30 of 50 used: B still serves, and then 60 are used.
+    assert_eq!(spend_chat(&b.proxy).await.0, 200);
+    let u = tokens_become(&a.proxy, 60).await;
+    // Twice 20 input tokens at $1 and 10 output tokens at $2 per million.
+    let cost = 2.0 * (20.0 * 1.0 + 10.0 * 2.0) / 1e6;
+    assert!((u["today"]["cost"].as_f64().unwrap() - cost).abs() < 1e-12, "{u}");
+    // Over the one budget on both replicas.
+    for p in [&a.proxy, &b.proxy] {
+        let (st, body) = spend_chat(p).await;
+        assert_eq!(st, 429, "{body}");
+        assert_eq!(body["error"]["code"], "insufficient_quota");
+    }
+    assert_eq!(server.received_requests().await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn redis_killed_mid_run_counts_locally_and_reconciles_after_the_restart() {
+    let mut redis = start_redis();
+    let port = redis.port;
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(thirty_tokens()))
+        .mount(&server)
+        .await;
+    let a = spend_process(&server.uri(), port).await;
+    let b = spend_process(&server.uri(), port).await;
+    assert_eq!(spend_chat(&a.proxy).await.0, 200);
+    tokens_become(&b.proxy, 30).await;
+
+    // Redis goes away: requests are still served and counted by the replica
+    // that served them (its own view: what it last saw plus its own).
+    let _ = redis.child.kill();
+    let _ = redis.child.wait();
+    assert_eq!(spend_chat(&a.proxy).await.0, 200);
+    tokens_become(&a.proxy, 60).await;
+    // A's local count alone enforces the budget meanwhile (60 of 50).
+    assert_eq!(spend_chat(&a.proxy).await.0, 429);
+
+    // Redis is back, empty (no persistence): A pushes what it counted while
+    // Redis was down, and B reads it from Redis.
+    let _restarted = start_redis_on(port);
+    let t = Instant::now();
+    loop {
+        let _ = spend_usage(&a.proxy).await; // a sync: pushes A's pending deltas
+        if spend_usage(&b.proxy).await["today"]["tokens"] == 30 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "A's count while Redis was down never reached Redis");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(server.received_requests().await.unwrap().len(), 2, "the 429 never reached the upstream");
 }

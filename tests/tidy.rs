@@ -19,6 +19,7 @@ const LAYERS: &[&[&str]] = &[
     &["tools"],
     &["skills"],
     &["provider"],
+    &["spend"],
     &["stream"],
     &["state", "fixture"],
     &["metrics"],

@@ -9,6 +9,7 @@ use serde::Deserialize;
 
 pub mod auth;
 pub mod limits;
+pub mod prices;
 pub mod responses;
 pub mod skills;
 pub mod state;
@@ -139,6 +140,10 @@ pub struct ProviderConfig {
     /// Fields of `[upstream]` to override for this provider.
     #[serde(default)]
     pub upstream: Option<toml::Table>,
+    /// Prices by model glob (`[providers.NAME.prices."deepseek-*"]`): when one
+    /// matches, they win over the profile's `[prices]` (docs/spend.md).
+    #[serde(default)]
+    pub prices: BTreeMap<String, prices::Price>,
 }
 
 /// Upstream timeouts, retries and circuit breaker. A provider's

@@ -18,6 +18,9 @@ pub struct RequestCtx {
     pub key: Option<String>,
     /// Provider and upstream model that served it (the last tried).
     served: Mutex<Option<Served>>,
+    /// Every upstream answer's usage and price (what the request cost): read
+    /// by the edge when the response ends, and by whatever shows requests live.
+    pub spend: crate::spend::Tally,
 }
 
 /// Who served a request.
@@ -40,7 +43,7 @@ impl Served {
 
 impl RequestCtx {
     pub fn new(id: String, start: Instant, model: Option<String>, key: Option<String>) -> Self {
-        RequestCtx { id, start, model, key, served: Mutex::new(None) }
+        RequestCtx { id, start, model, key, served: Mutex::new(None), spend: Default::default() }
     }
 
     pub fn set_served(&self, provider: &crate::provider::Provider, model: &str) {

@@ -26,6 +26,8 @@ pub struct Sent {
     pub plan: Plan,
     pub reply: Reply,
     pub conversation: Option<Chain>,
+    /// A whole answer's turn of the request's spend, for its usage once parsed.
+    pub turn: Option<Arc<crate::spend::Turn>>,
 }
 
 /// Sends the request along its route or fallback chain.
@@ -68,36 +70,109 @@ async fn attempt(
     let owner = ctx.and_then(|c| c.key.as_deref());
     let conversation =
         super::reasoning::prepare_history(&mut req, &p.profile, &route.model, s.store.as_ref(), owner).await;
+    let price = p.prices.of(&route.model);
+    if price.is_some() || ctx.is_some_and(|c| c.spend.counted()) {
+        ask_for_usage(&mut req);
+    }
     let plan = request::normalize(&mut req, &p.profile, &route.model, p.prompt_for(&route.model));
     // Boxed, so the request's future splits into two allocations below the
     // allocator's 8 KiB size class: a request's future there, freed dirty
     // over both its pages, was reused as an open stream's connection buffer,
     // of which one page is used, so every open stream held a page more.
     let reply = Box::pin(resilience::post(&s.upstream, p, "chat/completions", &req)).await?;
-    let reply = measured(reply, ctx.cloned(), &p.name, p.metric_model(&route.model));
-    Ok(Sent { route: route.clone(), plan, reply, conversation })
+    let (reply, turn) = measured(reply, ctx, p, &route.model, price);
+    Ok(Sent { route: route.clone(), plan, reply, conversation, turn })
 }
 
-/// Records time to first token now, and a stream's token usage when it goes by.
-fn measured(reply: Reply, ctx: Option<Arc<RequestCtx>>, provider: &str, model: &str) -> Reply {
-    if let Some(c) = &ctx {
-        crate::metrics::first_token(provider, model, c.start.elapsed());
+/// A streamed request asks the upstream for its usage (OpenAI-compatible
+/// servers send it only when asked), so what it costs can be counted; the
+/// normalizer sends the client only the usage it asked for. A profile that
+/// drops `stream_options` still does.
+pub(crate) fn ask_for_usage(req: &mut ChatRequest) {
+    if !req.is_stream() || req.wants_usage() {
+        return;
     }
+    match req.extra.get_mut("stream_options").and_then(Value::as_object_mut) {
+        Some(o) => {
+            o.insert("include_usage".into(), Value::Bool(true));
+        }
+        None => {
+            req.extra.insert("stream_options".into(), serde_json::json!({"include_usage": true}));
+        }
+    }
+}
+
+/// The reply counted as a turn of the request's spend: a stream's usage as
+/// it goes by (and its events, the estimate when it is cut before), a whole
+/// answer's where it is parsed (its turn is returned for that).
+pub(crate) fn tallied(
+    reply: Reply,
+    ctx: Option<&Arc<RequestCtx>>,
+    p: &crate::provider::Provider,
+    model: &str,
+    price: Option<Arc<crate::spend::Price>>,
+) -> (Reply, Option<Arc<crate::spend::Turn>>) {
+    counted(reply, ctx, p, model, price, false)
+}
+
+/// Records time to first token now, and a stream's token usage (metrics
+/// and spend) when it goes by.
+fn measured(
+    reply: Reply,
+    ctx: Option<&Arc<RequestCtx>>,
+    p: &crate::provider::Provider,
+    model: &str,
+    price: Option<Arc<crate::spend::Price>>,
+) -> (Reply, Option<Arc<crate::spend::Turn>>) {
+    if let Some(c) = ctx {
+        crate::metrics::first_token(&p.name, p.metric_model(model), c.start.elapsed());
+    }
+    counted(reply, ctx, p, model, price, true)
+}
+
+fn counted(
+    reply: Reply,
+    ctx: Option<&Arc<RequestCtx>>,
+    p: &crate::provider::Provider,
+    model: &str,
+    price: Option<Arc<crate::spend::Price>>,
+    metrics: bool,
+) -> (Reply, Option<Arc<crate::spend::Turn>>) {
+    let label = p.metric_model(model);
+    let turn = ctx.map(|c| c.spend.turn(&p.name, label, price));
     match reply {
-        // A whole answer's usage is counted where it is parsed (chat::plain).
-        json @ Reply::Json(_) => json,
+        // A whole answer's usage is counted where it is parsed.
+        Reply::Json(body) => {
+            if let Some(t) = &turn {
+                t.body(body.bytes().len());
+            }
+            (Reply::Json(body), turn)
+        }
+        Reply::Events(events) if turn.is_none() && !metrics => (Reply::Events(events), None),
         Reply::Events(events) => {
-            let (provider, model) = (provider.to_string(), model.to_string());
-            Reply::Events(Box::pin(events.inspect(move |ev| {
+            let (provider, label) = (p.name.clone(), label.to_string());
+            let fields = p.profile.response.usage.clone();
+            let stream = events.inspect(move |ev| {
+                let Ok(data) = ev else { return };
+                if let Some(t) = &turn {
+                    t.event();
+                }
                 // Only the chunk carrying usage is parsed twice.
-                if let Ok(data) = ev
-                    && data.contains("\"usage\"")
+                if data.contains("\"usage\"")
                     && let Ok(v) = serde_json::from_str::<Value>(data)
                     && let Some(u) = v.get("usage").filter(|u| u.is_object())
                 {
-                    crate::metrics::usage(&provider, &model, u);
+                    if metrics {
+                        crate::metrics::usage(&provider, &label, u);
+                    }
+                    if let Some(t) = &turn {
+                        let mut u = u.clone();
+                        crate::stream::usage::normalize(&mut u, &fields);
+                        t.usage(&u);
+                    }
                 }
-            })))
+            });
+            (Reply::Events(Box::pin(stream)), None)
         }
     }
 }

@@ -100,7 +100,7 @@ pub async fn start(s: &Core, req: ChatRequest, as_is: bool) -> Result<Started, A
     // Retries, circuit breakers and fallback along an alias chain; the route
     // that answered (and how its request was rewritten) decides how its
     // answer is normalized.
-    let super::dispatch::Sent { route, plan, reply, conversation } = super::dispatch::send(s, req).await?;
+    let super::dispatch::Sent { route, plan, reply, conversation, turn } = super::dispatch::send(s, req).await?;
     let provider = route.provider.clone();
     let tools = if plan.tools_offered { tool_index(&client_tools, &plan.names_back) } else { ToolIndex::default() };
     let settings = Settings {
@@ -118,6 +118,9 @@ pub async fn start(s: &Core, req: ChatRequest, as_is: bool) -> Result<Started, A
     match reply {
         Reply::Json(body) => {
             if as_is && let Some(t) = norm.whole_as_is(body.bytes()) {
+                if let Some(turn) = &turn {
+                    turn.tokens(t.prompt_tokens, t.cached_tokens, t.completion_tokens);
+                }
                 crate::metrics::tokens(
                     &provider.name,
                     provider.metric_model(&route.model),
@@ -129,6 +132,11 @@ pub async fn start(s: &Core, req: ChatRequest, as_is: bool) -> Result<Started, A
             let completion: Completion = body.parse("a chat completion")?;
             if let Some(u) = completion.usage.as_ref().filter(|u| u.is_object()) {
                 crate::metrics::usage(&provider.name, provider.metric_model(&route.model), u);
+                if let Some(turn) = &turn {
+                    let mut u = u.clone();
+                    crate::stream::usage::normalize(&mut u, &provider.profile.response.usage);
+                    turn.usage(&u);
+                }
             }
             let mut chunks = Vec::new();
             norm.push(completion_to_chunk(completion), &mut chunks);

@@ -86,6 +86,8 @@ pub struct Provider {
     /// The upstream model names the config or profile knows (`models`,
     /// alias targets): the only `model` label values of its metrics.
     known_models: std::collections::HashSet<String>,
+    /// Prices by model glob: the config's, then the profile's.
+    pub prices: crate::spend::Prices,
 }
 
 impl Provider {
@@ -322,6 +324,8 @@ impl Providers {
                 },
                 breaker: resilience::Breaker::default(),
                 known_models,
+                prices: crate::spend::Prices::new(&pc.prices, &profile.prices)
+                    .map_err(|e| ConfigError::Invalid(format!("provider {name}: {e}")))?,
                 profile,
             };
             by_name.insert(name.clone(), Arc::new(provider));

@@ -53,6 +53,10 @@ pub struct Profile {
     pub tools: ToolQuirks,
     #[serde(default)]
     pub errors: ErrorQuirks,
+    /// List prices by model glob (`[prices."deepseek-*"]`), each with its
+    /// source and date; the longest matching glob wins (docs/spend.md).
+    #[serde(default)]
+    pub prices: BTreeMap<String, crate::config::prices::Price>,
 }
 
 /// Request rewrites for parameters and messages the vendor rejects.

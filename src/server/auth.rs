@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 use tokio::sync::Semaphore;
 
-pub use crate::config::auth::{AuthConfig, KeyConfig, KeySpec, Secret};
+pub use crate::config::auth::{AuthConfig, Budget, KeyConfig, KeySpec, Secret};
 use crate::state::{RateDecision, StateStore};
 
 /// One configured key, ready for the request path.
@@ -29,6 +29,8 @@ pub struct Key {
     rate: Option<(NonZeroU32, DefaultDirectRateLimiter)>,
     /// Concurrent requests of this key.
     pub concurrency: Option<Arc<Semaphore>>,
+    /// Its token and cost budgets (its own over the `[auth]` defaults).
+    pub budget: Budget,
 }
 
 impl fmt::Debug for Key {
@@ -92,6 +94,7 @@ impl Auth {
                 models,
                 rate: rpm.map(|n| (n, RateLimiter::direct(Quota::per_minute(n)))),
                 concurrency: conc.map(|n| Arc::new(Semaphore::new(n as usize))),
+                budget: s.budget().or(cfg.budget()),
             }));
         }
         if keys.is_empty() {
@@ -174,22 +177,14 @@ fn specs(cfg: &AuthConfig) -> Result<Vec<KeyConfig>, String> {
         .keys
         .iter()
         .map(|k| match k {
-            KeySpec::Plain(s) => {
-                KeyConfig { key: s.clone(), name: None, models: None, requests_per_minute: None, max_concurrent: None }
-            }
+            KeySpec::Plain(s) => KeyConfig::plain(s.clone()),
             KeySpec::Detailed(c) => c.clone(),
         })
         .collect();
     if let Some(var) = &cfg.keys_env {
         let v = std::env::var(var).map_err(|_| format!("[auth] keys_env: {var} is not set"))?;
         for k in v.split(|c: char| c == ',' || c.is_whitespace()).filter(|k| !k.is_empty()) {
-            specs.push(KeyConfig {
-                key: Secret(k.to_string()),
-                name: None,
-                models: None,
-                requests_per_minute: None,
-                max_concurrent: None,
-            });
+            specs.push(KeyConfig::plain(Secret(k.to_string())));
         }
     }
     Ok(specs)

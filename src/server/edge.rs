@@ -32,6 +32,7 @@ use super::limits::{LimitsConfig, Peek, PeekError};
 use crate::core::context::CTX;
 pub use crate::core::context::{RequestCtx, Served, current};
 use crate::error::ErrorObject;
+use crate::spend::{Ledger, Refusal};
 
 /// Edge settings and shutdown handles, built once.
 pub struct Edge {
@@ -44,14 +45,37 @@ pub struct Edge {
     pub tracker: TaskTracker,
     /// Open connections per client address (`serve`).
     pub peers: Arc<super::shutdown::Peers>,
+    /// Every key's spend today and this month (budgets, `GET /v1/usage`).
+    pub ledger: Arc<Ledger>,
 }
 
 impl Edge {
-    pub fn new(auth: Auth, limits: LimitsConfig) -> Self {
+    pub fn new(auth: Auth, limits: LimitsConfig, ledger: Ledger) -> Self {
         let global = limits.max_concurrent.filter(|n| *n > 0).map(|n| Arc::new(Semaphore::new(n as usize)));
         let peers = super::shutdown::Peers::new(limits.max_connections_per_ip);
-        Edge { auth, limits, global, cut: CancellationToken::new(), tracker: TaskTracker::new(), peers }
+        let ledger = Arc::new(ledger);
+        Edge { auth, limits, global, cut: CancellationToken::new(), tracker: TaskTracker::new(), peers, ledger }
     }
+}
+
+/// The spend of a request with no proxy key (auth off) is counted under
+/// this name.
+pub const ANONYMOUS: &str = "anonymous";
+
+/// The 429 of a key whose budget is used up, OpenAI's `insufficient_quota`.
+fn over_budget(r: &Refusal) -> Response {
+    crate::metrics::refused("budget");
+    let mut resp = error(StatusCode::TOO_MANY_REQUESTS, "insufficient_quota", "insufficient_quota", r.message.clone());
+    if let Ok(v) = HeaderValue::from_str(&r.retry_after.to_string()) {
+        resp.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    resp
+}
+
+/// Requests that reach an upstream model (and so spend): every POST under
+/// `/v1/` but the token count.
+fn spends(method: &Method, path: &str) -> bool {
+    method == Method::POST && path.starts_with("/v1/") && path != "/v1/messages/count_tokens"
 }
 
 const REQUEST_ID: &str = "x-request-id";
@@ -242,6 +266,7 @@ where
     }
     let (parts, body) = req.into_parts();
     let mut model = None;
+    let mut body_len = 0;
     let req = if parts.method == Method::POST {
         let max = edge.limits.max_body_bytes;
         let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
@@ -313,16 +338,31 @@ where
                 }
             }
         }
+        body_len = bytes.len();
         Request::from_parts(parts, Body::from(bytes))
     } else {
         Request::from_parts(parts, body)
     };
+    // Budgets are checked before anything goes upstream; the spend is
+    // counted when the response ends (Done).
+    let spending = spends(req.method(), req.uri().path());
+    if spending
+        && let Some(k) = &key
+        && let Err(r) = edge.ledger.check(&k.name, &k.budget).await
+    {
+        return over_budget(&r);
+    }
     let key_name = key.as_ref().map(|k| k.name.clone());
     let ctx = Arc::new(RequestCtx::new(id, start, model, key_name));
+    if key.as_ref().is_some_and(|k| !k.budget.is_empty()) {
+        ctx.spend.set_counted();
+    }
+    ctx.spend.request_bytes(body_len);
     let mut done = Done {
         ctx: ctx.clone(),
         key: key.map(|k| k.name.clone()),
         status: StatusCode::OK,
+        ledger: spending.then(|| edge.ledger.clone()),
         _permits: permits,
         _token: edge.tracker.token(),
     };
@@ -360,6 +400,8 @@ struct Done {
     ctx: Arc<RequestCtx>,
     key: Option<String>,
     status: StatusCode,
+    /// Where the request's spend is charged (requests that spend).
+    ledger: Option<Arc<Ledger>>,
     _permits: Vec<OwnedSemaphorePermit>,
     _token: TaskTrackerToken,
 }
@@ -376,6 +418,29 @@ impl Drop for Done {
         };
         crate::metrics::request_done(p, label, self.status.as_u16(), elapsed);
         crate::metrics::in_flight(-1.0);
+        // What the upstream answers used, a stream the client cut too
+        // (its usage so far, or the estimate; docs/spend.md).
+        let key = self.key.as_deref().unwrap_or(ANONYMOUS);
+        let (mut tokens, mut cost) = (0, None);
+        if let Some(ledger) = &self.ledger
+            && !self.ctx.spend.is_empty()
+        {
+            let s = self.ctx.spend.summary(&ledger.currency);
+            for turn in &s.turns {
+                let t = &turn.tokens;
+                let cost = turn.cost.as_ref().map(|(n, cur)| (*n, cur.as_str()));
+                crate::metrics::spend(
+                    key,
+                    &turn.provider,
+                    &turn.model,
+                    [t.input, t.cached, t.output, t.reasoning],
+                    cost,
+                );
+            }
+            ledger.charge(key, &s.tokens, s.cost);
+            tokens = s.tokens.total();
+            cost = s.priced.then(|| format!("{:.9}", crate::spend::amount(s.cost)));
+        }
         // Written when the body ends, outside the request's span: the id is
         // a field of its own so the access line can be joined to the rest.
         tracing::info!(
@@ -385,6 +450,8 @@ impl Drop for Done {
             model = m,
             key = self.key.as_deref().unwrap_or("-"),
             ms = elapsed.as_millis() as u64,
+            tokens,
+            cost = cost.as_deref().unwrap_or("-"),
             "request done"
         );
     }

@@ -116,9 +116,14 @@ impl AppState {
             responses: config.responses.clone(),
             sealer: Arc::new(sealer),
         };
+        let core = Arc::new(core);
         Ok(Arc::new(AppState {
-            core: Arc::new(core),
-            edge: edge::Edge::new(auth, config.limits.clone()),
+            core: core.clone(),
+            edge: edge::Edge::new(
+                auth,
+                config.limits.clone(),
+                crate::spend::Ledger::new(core.store.clone(), config.auth.as_ref().and_then(|a| a.currency.as_deref())),
+            ),
             redactor,
             discovery,
             ready: AtomicBool::new(true),
@@ -243,6 +248,7 @@ fn router(state: Shared) -> Router {
         // Ids contain `/` (`deepseek/deepseek-chat`): the rest of the path.
         .route("/v1/models/{*id}", get(models::retrieve))
         .route("/v1/embeddings", post(passthrough::embeddings))
+        .route("/v1/usage", get(usage))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -254,6 +260,14 @@ fn router(state: Shared) -> Router {
 
 async fn metrics() -> impl IntoResponse {
     ([(axum::http::header::CONTENT_TYPE, "text/plain; version=0.0.4")], crate::metrics::render())
+}
+
+/// `GET /v1/usage`: the calling key's spend and budgets (docs/spend.md).
+async fn usage(State(s): State<Shared>) -> Response {
+    let key = edge::current().and_then(|c| c.key.clone());
+    let name = key.as_deref().unwrap_or(edge::ANONYMOUS);
+    let budget = key.as_deref().and_then(|k| s.edge.auth.named(k)).map(|k| k.budget).unwrap_or_default();
+    axum::Json(s.edge.ledger.report(name, &budget).await).into_response()
 }
 
 async fn readyz(State(s): State<Shared>) -> impl IntoResponse {

@@ -59,6 +59,18 @@ pub trait StateStore: Send + Sync {
         let _ = (bucket, per_minute);
         Box::pin(async { Ok(RateDecision::Local) })
     }
+    /// Adds each delta to its shared counter (made with that time to live
+    /// when new) in one atomic step and returns the counters' values, so
+    /// replicas keep one budget (`spend`). `None`: this backend keeps no
+    /// shared counters, the caller counts in process. Not idempotent: a
+    /// failed call may or may not have counted.
+    fn add_counters<'a>(
+        &'a self,
+        counters: &'a [(String, i64, Duration)],
+    ) -> BoxFuture<'a, Result<Option<Vec<i64>>, StateError>> {
+        let _ = counters;
+        Box::pin(async { Ok(None) })
+    }
 }
 
 /// The answer of [`StateStore::take_rate`].
@@ -83,4 +95,6 @@ pub mod ns {
     pub const RESPONSES: &str = "responses";
     /// Items of stored responses by item id, for `item_reference` inputs.
     pub const RESPONSE_ITEMS: &str = "response_items";
+    /// Spend counters of proxy keys per day and month.
+    pub const SPEND: &str = "spend";
 }

@@ -38,12 +38,32 @@ redis.call('SET', KEYS[1], new_tat, 'PX', new_tat - now)
 return 0
 ";
 
+/// Spend counters in one atomic step: KEYS are the counters, ARGV pairs
+/// of delta and time to live (ms, set when the counter has none). Returns
+/// every counter's value.
+const COUNTERS: &str = r"
+local out = {}
+for i, k in ipairs(KEYS) do
+  local d = tonumber(ARGV[2 * i - 1])
+  local v
+  if d ~= 0 then
+    v = redis.call('INCRBY', k, d)
+    if redis.call('PTTL', k) < 0 then redis.call('PEXPIRE', k, ARGV[2 * i]) end
+  else
+    v = tonumber(redis.call('GET', k) or '0')
+  end
+  out[i] = v
+end
+return out
+";
+
 /// Conversation state in Redis, under `modelshim:{ns}:{key}`; shared rate
 /// budgets under `modelshim:rate:{bucket}`.
 pub struct RedisStore {
     conn: ConnectionManager,
     up: AtomicBool,
     gcra: redis::Script,
+    counters: redis::Script,
 }
 
 impl RedisStore {
@@ -59,7 +79,12 @@ impl RedisStore {
         let conn = ConnectionManager::new_lazy_with_config(client, config)
             .map_err(|e| StateError::Unavailable(format!("redis: {e}")))?;
         crate::metrics::state_up("redis", true);
-        Ok(RedisStore { conn, up: AtomicBool::new(true), gcra: redis::Script::new(GCRA) })
+        Ok(RedisStore {
+            conn,
+            up: AtomicBool::new(true),
+            gcra: redis::Script::new(GCRA),
+            counters: redis::Script::new(COUNTERS),
+        })
     }
 
     /// Runs an idempotent command (GET, SET, DEL). A command that failed on
@@ -166,6 +191,23 @@ impl StateStore for RedisStore {
             // EVALSHA, loading the script on NOSCRIPT (a restarted Redis).
             let wait: u64 = self.bounded("rate", async move { inv.invoke_async(&mut conn).await }).await?;
             Ok(if wait == 0 { RateDecision::Admitted } else { RateDecision::Wait(Duration::from_millis(wait)) })
+        })
+    }
+
+    fn add_counters<'a>(
+        &'a self,
+        counters: &'a [(String, i64, Duration)],
+    ) -> BoxFuture<'a, Result<Option<Vec<i64>>, StateError>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let mut inv = self.counters.prepare_invoke();
+            for (k, delta, ttl) in counters {
+                let ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+                inv.key(key(super::ns::SPEND, k)).arg(*delta).arg(ms);
+            }
+            // Sent once: a retry after a lost answer could count twice.
+            let v: Vec<i64> = self.bounded("counters", async move { inv.invoke_async(&mut conn).await }).await?;
+            Ok(Some(v))
         })
     }
 }

@@ -162,6 +162,9 @@ struct WholeChoice<'a> {
 pub struct Tokens {
     pub prompt_tokens: Option<u64>,
     pub completion_tokens: Option<u64>,
+    /// `prompt_tokens_details.cached_tokens` (billed at the cached price).
+    #[serde(default)]
+    pub cached_tokens: Option<u64>,
 }
 
 /// An answer's `usage`: absent, `null` (which the full path drops), an
@@ -185,6 +188,12 @@ struct UsageFields {
     prompt_cache_hit_tokens: Option<serde::de::IgnoredAny>,
     cached_tokens: Option<serde::de::IgnoredAny>,
     reasoning_tokens: Option<serde::de::IgnoredAny>,
+    prompt_tokens_details: Option<Details>,
+}
+
+#[derive(Deserialize)]
+struct Details {
+    cached_tokens: Option<u64>,
 }
 
 impl<'de> Deserialize<'de> for Usage {
@@ -197,7 +206,11 @@ impl<'de> Deserialize<'de> for Usage {
                 Usage::Vendor
             }
             Some(u) if u.total_tokens.is_none() && u.prompt_tokens.is_some() => Usage::Vendor,
-            Some(u) => Usage::Tokens(Tokens { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens }),
+            Some(u) => Usage::Tokens(Tokens {
+                prompt_tokens: u.prompt_tokens,
+                completion_tokens: u.completion_tokens,
+                cached_tokens: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
+            }),
         })
     }
 }
@@ -406,12 +419,12 @@ mod tests {
     fn reads_a_plain_whole_answer() {
         let w =
             Whole::read(WHOLE.as_bytes()).map(|w| (w.content().to_string(), w.finish_reason().to_string(), w.tokens()));
-        let tokens = Tokens { prompt_tokens: None, completion_tokens: None };
+        let tokens = Tokens { prompt_tokens: None, completion_tokens: None, cached_tokens: None };
         assert_eq!(w, Some(("Hi".to_string(), "stop".to_string(), tokens)));
         let counted =
             WHOLE.replace(r#"{"total_tokens":3}"#, r#"{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3}"#);
         let tokens = Whole::read(counted.as_bytes()).map(|w| w.tokens());
-        assert_eq!(tokens, Some(Tokens { prompt_tokens: Some(1), completion_tokens: Some(2) }));
+        assert_eq!(tokens, Some(Tokens { prompt_tokens: Some(1), completion_tokens: Some(2), cached_tokens: None }));
         for (from, to) in [
             (r#""content":"Hi""#, r#""content":null"#),
             (r#""content":"Hi""#, r#""content":"Hi","tool_calls":null"#),

@@ -97,6 +97,8 @@ struct Loop {
     trace: bool,
     want_usage: bool,
     vision: bool,
+    /// The request's context: each iteration is a turn of its spend.
+    ctx: Option<Arc<crate::core::context::RequestCtx>>,
 }
 
 /// The loop's answer as plain chunks (no trace), for front ends that
@@ -130,7 +132,8 @@ pub async fn items(
 ) -> Result<BoxStream<'static, Result<Item, UpstreamError>>, ApiError> {
     // The loop calls its provider directly (not through dispatch), so the
     // request's metrics labels are set here.
-    if let Some(c) = crate::core::context::current() {
+    let ctx = crate::core::context::current();
+    if let Some(c) = &ctx {
         c.set_served(&route.provider, &route.model);
     }
     registry.ensure_started().await;
@@ -178,6 +181,7 @@ pub async fn items(
         trace,
         want_usage,
         vision,
+        ctx,
     };
     let mut items = lp.stream().boxed();
     // Wait for the first upstream answer so an upstream that fails at once
@@ -249,6 +253,9 @@ impl Loop {
                 *tc = json!("auto");
             }
         }
+        if self.ctx.as_ref().is_some_and(|c| c.spend.counted()) || self.provider.prices.of(&self.model).is_some() {
+            crate::core::dispatch::ask_for_usage(&mut req);
+        }
         let plan =
             request::normalize(&mut req, &self.provider.profile, &self.model, self.provider.prompt_for(&self.model));
         (req, plan)
@@ -302,7 +309,8 @@ impl Loop {
                 }
                 let offer = self.offer(&history);
                 let (req, plan) = self.request(&history, iteration, &offer);
-                let call = upstream_chunks(&self.s, &self.provider, &req, self.settings(plan, &offer));
+                let settings = self.settings(plan, &offer);
+                let call = upstream_chunks(&self.s, &self.provider, &self.model, self.ctx.as_ref(), &req, settings);
                 let mut chunks = match tokio::time::timeout(remaining, call).await {
                     Ok(Ok(c)) => c,
                     Ok(Err(e)) => { yield Err(e); return; }
@@ -651,15 +659,23 @@ fn merge_sum(t: &mut Value, u: &Value) {
 async fn upstream_chunks(
     s: &Core,
     provider: &Provider,
+    model: &str,
+    ctx: Option<&Arc<crate::core::context::RequestCtx>>,
     req: &ChatRequest,
     settings: Settings,
 ) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, UpstreamError> {
     // Retries and the circuit breaker apply to every iteration of the loop.
     let reply = crate::provider::resilience::post(&s.upstream, provider, "chat/completions", req).await?;
+    let (reply, turn) = crate::core::dispatch::tallied(reply, ctx, provider, model, provider.prices.of(model));
     let mut norm = Normalizer::new(settings);
     match reply {
         Reply::Json(body) => {
             let completion: Completion = body.parse("a chat completion")?;
+            if let (Some(turn), Some(u)) = (&turn, completion.usage.as_ref().filter(|u| u.is_object())) {
+                let mut u = u.clone();
+                crate::stream::usage::normalize(&mut u, &provider.profile.response.usage);
+                turn.usage(&u);
+            }
             let mut out = Vec::new();
             norm.push(completion_to_chunk(completion), &mut out);
             norm.finish(&mut out);
