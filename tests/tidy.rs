@@ -21,7 +21,7 @@ const LAYERS: &[&[&str]] = &[
     &["provider"],
     &["stream"],
     &["state", "fixture"],
-    &["metrics"],
+    &["metrics", "console"],
     &["toolcall"],
     &["openai"],
     &["config", "redact", "idle"],

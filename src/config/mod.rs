@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub mod auth;
+pub mod console;
 pub mod limits;
 pub mod skills;
 pub mod state;
@@ -79,6 +80,9 @@ pub struct Config {
     /// Optional OpenTelemetry trace export.
     #[serde(default)]
     pub telemetry: telemetry::TelemetryConfig,
+    /// The live console at `/console` (off by default).
+    #[serde(default)]
+    pub console: console::ConsoleConfig,
 }
 
 /// A `[models]` entry: one target, or targets tried in order when the

@@ -44,6 +44,7 @@ pub async fn send(s: &Core, req: ChatRequest) -> Result<Sent, ApiError> {
             Err(e) if resilience::falls_back(&e) => {
                 let (from, to) = (&route.provider.name, &routes[i + 1].provider.name);
                 crate::metrics::fallback(from, to);
+                crate::console::with(|c| c.fallback(from, to, &e.to_string()));
                 tracing::warn!(from = %from, to = %to, error = %e, "falling back to the next provider");
             }
             r => return r.map_err(ApiError::from),
@@ -83,6 +84,7 @@ fn measured(reply: Reply, ctx: Option<Arc<RequestCtx>>, provider: &str, model: &
     if let Some(c) = &ctx {
         crate::metrics::first_token(provider, model, c.start.elapsed());
     }
+    crate::console::with(crate::console::Entry::first_token);
     match reply {
         // A whole answer's usage is counted where it is parsed (chat::plain).
         json @ Reply::Json(_) => json,
@@ -96,6 +98,7 @@ fn measured(reply: Reply, ctx: Option<Arc<RequestCtx>>, provider: &str, model: &
                     && let Some(u) = v.get("usage").filter(|u| u.is_object())
                 {
                     crate::metrics::usage(&provider, &model, u);
+                    crate::console::with(|c| c.usage(u));
                 }
             })))
         }

@@ -157,8 +157,9 @@ where
     Fut: Future<Output = Response>,
 {
     let path = req.uri().path();
-    // Probes and the scrape are open and not counted as requests.
-    if matches!(path, "/healthz" | "/readyz" | "/metrics") {
+    // Probes and the scrape are open and not counted as requests; the
+    // console has its own admin key (server/console).
+    if matches!(path, "/healthz" | "/readyz" | "/metrics") || super::console::is_console(path) {
         return inner(req).await;
     }
     let id = request_id(req.headers());
@@ -242,6 +243,8 @@ where
     }
     let (parts, body) = req.into_parts();
     let mut model = None;
+    // The body the console records, while one is open.
+    let mut shown_body = None;
     let req = if parts.method == Method::POST {
         let max = edge.limits.max_body_bytes;
         let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
@@ -313,13 +316,28 @@ where
                 }
             }
         }
+        if s.console.as_ref().is_some_and(|c| c.recorder.recording()) {
+            shown_body = Some(bytes.clone());
+        }
         Request::from_parts(parts, Body::from(bytes))
     } else {
         Request::from_parts(parts, body)
     };
     let key_name = key.as_ref().map(|k| k.name.clone());
+    let shown = s.console.as_ref().and_then(|c| {
+        c.recorder.begin(&crate::console::Begin {
+            id: &id,
+            start,
+            method: req.method().as_str(),
+            path: req.uri().path(),
+            key: key_name.as_deref(),
+            model: model.as_deref(),
+            body: shown_body.as_deref().unwrap_or_default(),
+        })
+    });
     let ctx = Arc::new(RequestCtx::new(id, start, model, key_name));
     let mut done = Done {
+        shown: shown.clone(),
         ctx: ctx.clone(),
         key: key.map(|k| k.name.clone()),
         status: StatusCode::OK,
@@ -327,8 +345,11 @@ where
         _token: edge.tracker.token(),
     };
     crate::metrics::in_flight(1.0);
-    let resp = CTX.scope(ctx, inner(req)).await;
+    let resp = CTX.scope(ctx, crate::console::scope(shown.clone(), inner(req))).await;
     let (parts, body) = resp.into_parts();
+    if let Some(c) = &shown {
+        c.status(parts.status.as_u16());
+    }
     let sse = parts
         .headers
         .get(header::CONTENT_TYPE)
@@ -340,6 +361,7 @@ where
         done: Some(done),
         cut: sse.then(|| Box::pin(edge.cut.clone().cancelled_owned())),
         finished: false,
+        shown,
     };
     Response::from_parts(parts, Body::new(body))
 }
@@ -357,6 +379,8 @@ fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
 
 /// Held until the response body is done (or dropped: client gone).
 struct Done {
+    /// The console's record, finished with the body.
+    shown: Option<Arc<crate::console::Entry>>,
     ctx: Arc<RequestCtx>,
     key: Option<String>,
     status: StatusCode,
@@ -376,6 +400,9 @@ impl Drop for Done {
         };
         crate::metrics::request_done(p, label, self.status.as_u16(), elapsed);
         crate::metrics::in_flight(-1.0);
+        if let Some(c) = &self.shown {
+            c.finish(self.status.as_u16());
+        }
         // Written when the body ends, outside the request's span: the id is
         // a field of its own so the access line can be joined to the rest.
         tracing::info!(
@@ -400,6 +427,9 @@ struct GuardedBody {
     done: Option<Done>,
     cut: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
     finished: bool,
+    /// The console's record: the body is polled with it current (streams
+    /// call upstream and run tools in these polls) and teed into it.
+    shown: Option<Arc<crate::console::Entry>>,
 }
 
 impl http_body::Body for GuardedBody {
@@ -418,7 +448,18 @@ impl http_body::Body for GuardedBody {
             this.done.take();
             return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(SHUTDOWN_EVENT)))));
         }
-        let r = Pin::new(&mut this.inner).poll_frame(cx);
+        let r = match &this.shown {
+            None => Pin::new(&mut this.inner).poll_frame(cx),
+            Some(c) => {
+                let r = crate::console::CURRENT.sync_scope(c.clone(), || Pin::new(&mut this.inner).poll_frame(cx));
+                if let Poll::Ready(Some(Ok(f))) = &r
+                    && let Some(d) = f.data_ref()
+                {
+                    c.client_bytes(d);
+                }
+                r
+            }
+        };
         if let Poll::Ready(None | Some(Err(_))) = &r {
             this.finished = true;
             this.done.take();

@@ -2,6 +2,7 @@
 //! what `modelshim serve` runs.
 
 pub mod auth;
+pub mod console;
 pub mod edge;
 mod error;
 pub mod limits;
@@ -40,6 +41,8 @@ pub struct AppState {
     pub redactor: Arc<crate::redact::Redactor>,
     /// The upstreams' own model lists, for providers that name no models.
     pub discovery: models::Discovery,
+    /// The live console (`[console] enabled`): its recorder and admin key.
+    pub console: Option<console::Site>,
     ready: AtomicBool,
 }
 
@@ -75,6 +78,7 @@ impl AppState {
         // the process (crate::redact).
         let mut secrets: Vec<String> = providers.iter().filter_map(|p| p.api_key().map(str::to_string)).collect();
         secrets.extend(auth::raw_keys(config.auth.as_ref()));
+        let console = console::Site::new(&config.console, &mut secrets);
         let redactor = crate::redact::install(secrets);
         if let Some(dir) = record {
             let headers = providers.iter().filter_map(|p| p.profile.auth_header.clone());
@@ -104,6 +108,7 @@ impl AppState {
             edge: edge::Edge::new(auth, config.limits.clone()),
             redactor,
             discovery,
+            console,
             ready: AtomicBool::new(true),
         }))
     }
@@ -228,6 +233,7 @@ fn router(state: Shared) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .merge(console::routes())
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), edge::guard))
         .layer(body_limit)
