@@ -103,7 +103,8 @@ async fn setup(console: &str) -> Setup {
          [console]\n{console}\n{admin}\n",
         upstream.uri(),
         skills.path().display().to_string(),
-        admin = if console.contains("admin_key_env") { String::new() } else { format!("admin_key_env = \"{ADMIN_ENV}\"") },
+        admin =
+            if console.contains("admin_key_env") { String::new() } else { format!("admin_key_env = \"{ADMIN_ENV}\"") },
     );
     let server = serve_process(&config, &[(ADMIN_ENV, ADMIN_KEY), (PROVIDER_ENV, PROVIDER_KEY)]).await;
     let proxy = Proxy { addr: server.proxy.addr, http: reqwest::Client::new() };
@@ -211,8 +212,15 @@ async fn the_admin_key_as_bearer_or_login_cookie_and_never_a_proxy_key() {
     }
     assert_eq!(get(p, "/console", Some(ADMIN_KEY)).await.0, 200);
     // The admin key is not a proxy key.
-    let r = p.http.post(p.url("/v1/chat/completions")).bearer_auth(ADMIN_KEY).json(&json!({"model": "v/m",
-        "messages": [{"role": "user", "content": "hi"}]})).send().await.unwrap();
+    let r = p
+        .http
+        .post(p.url("/v1/chat/completions"))
+        .bearer_auth(ADMIN_KEY)
+        .json(&json!({"model": "v/m",
+        "messages": [{"role": "user", "content": "hi"}]}))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 401);
 
     let http = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().unwrap();
@@ -378,7 +386,8 @@ async fn no_key_appears_in_anything_the_console_serves() {
     ids.push(r.headers()["x-request-id"].to_str().unwrap().to_string());
     until(p, "all done", |l| l.len() == ids.len() && l.iter().all(|r| r["done"] == true)).await;
     let mut served = Vec::new();
-    for path in ["/console", "/console/assets/app.js", "/console/assets/app.css", "/console/api/requests", "/console/api/proxy"]
+    for path in
+        ["/console", "/console/assets/app.js", "/console/assets/app.css", "/console/api/requests", "/console/api/proxy"]
     {
         served.push(get(p, path, Some(ADMIN_KEY)).await.1);
     }

@@ -125,8 +125,10 @@ pub async fn start(s: &Core, req: ChatRequest, as_is: bool) -> Result<Started, A
                     t.completion_tokens,
                 );
                 crate::console::with(|c| {
-                    c.usage(&serde_json::json!({"prompt_tokens": t.prompt_tokens, "completion_tokens": t.completion_tokens,
-                        "total_tokens": t.prompt_tokens.zip(t.completion_tokens).map(|(a, b)| a + b)}))
+                    c.usage(
+                        &serde_json::json!({"prompt_tokens": t.prompt_tokens, "completion_tokens": t.completion_tokens,
+                        "total_tokens": t.prompt_tokens.zip(t.completion_tokens).map(|(a, b)| a + b)}),
+                    )
                 });
                 return Ok(Started::AsIs(body));
             }

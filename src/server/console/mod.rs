@@ -177,7 +177,10 @@ fn json_out(site: &Site, mut v: Value) -> Response {
 
 fn login_page(site: &Site, status: StatusCode, message: &str) -> Response {
     let message = if site.admin.is_none() {
-        format!("The console is enabled, but no admin key is set: start modelshim with {} in its environment.", site.admin_key_env)
+        format!(
+            "The console is enabled, but no admin key is set: start modelshim with {} in its environment.",
+            site.admin_key_env
+        )
     } else {
         message.to_string()
     };
@@ -261,12 +264,29 @@ fn decode(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
-/// The site when the request may see it, else the answer.
-fn admit<'a>(s: &'a Shared, h: &HeaderMap) -> Result<&'a Site, Response> {
-    let Some(site) = &s.console else { return Err(not_found()) };
+/// Why a console API request is refused.
+enum Refused {
+    Off,
+    Unauthorized,
+}
+
+impl IntoResponse for Refused {
+    fn into_response(self) -> Response {
+        match self {
+            Refused::Off => not_found(),
+            Refused::Unauthorized => {
+                let e = json!({"error": {"message": "The console wants the admin key.", "type": "invalid_request_error", "code": "console_unauthorized"}});
+                (StatusCode::UNAUTHORIZED, axum::Json(e)).into_response()
+            }
+        }
+    }
+}
+
+/// The site when the request may see it.
+fn admit<'a>(s: &'a Shared, h: &HeaderMap) -> Result<&'a Site, Refused> {
+    let Some(site) = &s.console else { return Err(Refused::Off) };
     if !site.admitted(h) {
-        let e = json!({"error": {"message": "The console wants the admin key.", "type": "invalid_request_error", "code": "console_unauthorized"}});
-        return Err((StatusCode::UNAUTHORIZED, axum::Json(e)).into_response());
+        return Err(Refused::Unauthorized);
     }
     Ok(site)
 }
@@ -274,7 +294,7 @@ fn admit<'a>(s: &'a Shared, h: &HeaderMap) -> Result<&'a Site, Response> {
 async fn list(State(s): State<Shared>, h: HeaderMap) -> Response {
     let site = match admit(&s, &h) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     json_out(site, json!({"requests": site.recorder.list(), "replica": replica(site)}))
 }
@@ -282,7 +302,7 @@ async fn list(State(s): State<Shared>, h: HeaderMap) -> Response {
 async fn detail(State(s): State<Shared>, h: HeaderMap, Path(id): Path<String>) -> Response {
     let site = match admit(&s, &h) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     match site.recorder.get(&id) {
         Some(v) => json_out(site, v),
@@ -355,7 +375,7 @@ fn totals() -> std::collections::BTreeMap<String, Totals> {
 async fn proxy(State(s): State<Shared>, h: HeaderMap) -> Response {
     let site = match admit(&s, &h) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let totals = totals();
     let providers: Vec<Value> = s
@@ -404,7 +424,9 @@ async fn proxy(State(s): State<Shared>, h: HeaderMap) -> Response {
         json!({"generation": set.generation, "loaded": set.len(), "invalid": set.invalid(), "skills": list})
     });
     let server_tools: Vec<Value> = tools
-        .map(|t| t.catalog().entries().map(|e| json!({"name": e.spec.name, "description": e.spec.description})).collect())
+        .map(|t| {
+            t.catalog().entries().map(|e| json!({"name": e.spec.name, "description": e.spec.description})).collect()
+        })
         .unwrap_or_default();
     let errors: Vec<Value> = site.recorder.list().into_iter().filter(|r| !r["error"].is_null()).take(50).collect();
     json_out(
@@ -417,7 +439,7 @@ async fn proxy(State(s): State<Shared>, h: HeaderMap) -> Response {
 async fn reload(State(s): State<Shared>, h: HeaderMap) -> Response {
     let site = match admit(&s, &h) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let Some(skills) = s.core.tools.as_ref().and_then(|t| t.skills()).cloned() else {
         return json_out(site, json!({"reloaded": false, "message": "Skills are not enabled."}));
@@ -438,7 +460,7 @@ async fn reload(State(s): State<Shared>, h: HeaderMap) -> Response {
 async fn events(State(s): State<Shared>, h: HeaderMap) -> Response {
     let site = match admit(&s, &h) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return r.into_response(),
     };
     let watch = site.recorder.watch();
     let mut rx = site.recorder.subscribe();

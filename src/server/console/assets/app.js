@@ -6,7 +6,8 @@
   // The login page: send the visitor back where they were.
   const next = document.getElementById("next");
   if (next) {
-    if (location.pathname.startsWith("/console")) next.value = location.pathname + location.hash;
+    // After a wrong key the form is at /console/login: keep the default then.
+    if (location.pathname.startsWith("/console") && location.pathname !== "/console/login") next.value = location.pathname + location.hash;
     return;
   }
 
