@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
-use wiremock::matchers::{body_partial_json, method};
+use wiremock::matchers::{body_partial_json, body_string_contains, method};
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 const PROXY_KEY: &str = "sk-proxy-console-test-7Hq2mZ";
@@ -28,6 +28,8 @@ const PROVIDER_KEY: &str = "sk-provider-console-test-Xw91Lp";
 const ADMIN_KEY: &str = "admin-console-test-4Rr8Kd";
 const ADMIN_ENV: &str = "MODELSHIM_CONSOLE_TEST_ADMIN_KEY";
 const PROVIDER_ENV: &str = "MODELSHIM_CONSOLE_TEST_PROVIDER_KEY";
+/// How long the slow upstream takes over the second iteration.
+const SLOW: Duration = Duration::from_millis(1500);
 /// The Playwright for Python release the browser test pins.
 const PLAYWRIGHT: &str = "1.65.2";
 
@@ -81,9 +83,21 @@ async fn setup(console: &str) -> Setup {
         .with_priority(1)
         .mount(&upstream)
         .await;
+    // A slow second iteration, to watch a loop while it runs.
+    Mock::given(method("POST"))
+        .and(body_string_contains("slowly"))
+        .and(body_string_contains("call_t1"))
+        .respond_with(
+            ResponseTemplate::new(200)
+                .set_body_json(completion(json!({"role": "assistant", "content": "Done, slowly."}), "stop"))
+                .set_delay(SLOW),
+        )
+        .with_priority(1)
+        .mount(&upstream)
+        .await;
     Mock::given(method("POST"))
         .respond_with(Script { brain: Arc::new(brain), log: Arc::default() })
-        .with_priority(2)
+        .with_priority(3)
         .mount(&upstream)
         .await;
     let skills = tempfile::tempdir().unwrap();
@@ -354,6 +368,36 @@ async fn a_hidden_tool_loop_is_a_timeline_under_the_request_id() {
 }
 
 #[tokio::test]
+async fn the_timeline_is_live_while_the_request_runs() {
+    let s = on("record_always = true").await;
+    let p = &s.proxy;
+    let (http, url) = (p.http.clone(), p.url("/v1/chat/completions"));
+    let body = json!({"model": "v/m", "messages": [{"role": "user", "content": "what time is it, slowly?"}]});
+    let running = tokio::spawn(async move {
+        let r = http.post(url).bearer_auth(PROXY_KEY).header("x-request-id", "live-1").json(&body).send().await;
+        r.unwrap().text().await.unwrap()
+    });
+    let start = Instant::now();
+    loop {
+        let (st, text) = get(p, "/console/api/requests/live-1", Some(ADMIN_KEY)).await;
+        if st == 200 {
+            let d: Value = serde_json::from_str(&text).unwrap();
+            if d["timeline"].as_array().unwrap().iter().any(|e| e["type"] == "tool_call") {
+                assert_eq!(d["done"], false, "the call is shown before the answer: {d}");
+                assert!(d["duration_ms"].as_u64().unwrap() < SLOW.as_millis() as u64 + 1000);
+                break;
+            }
+        }
+        assert!(start.elapsed() < SLOW, "the tool call was not shown while the request ran");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(running.await.unwrap().contains("Done, slowly."));
+    let d = api(p, "/console/api/requests/live-1").await;
+    assert_eq!(d["done"], true);
+    assert_eq!(d["status"], 200);
+}
+
+#[tokio::test]
 async fn no_key_appears_in_anything_the_console_serves() {
     let s = on("").await;
     let p = &s.proxy;
@@ -384,7 +428,8 @@ async fn no_key_appears_in_anything_the_console_serves() {
         .await
         .unwrap();
     ids.push(r.headers()["x-request-id"].to_str().unwrap().to_string());
-    until(p, "all done", |l| l.len() == ids.len() && l.iter().all(|r| r["done"] == true)).await;
+    let list = until(p, "all done", |l| l.len() == ids.len() && l.iter().all(|r| r["done"] == true)).await;
+    assert_eq!(list[0]["front"], "messages");
     let mut served = Vec::new();
     for path in
         ["/console", "/console/assets/app.js", "/console/assets/app.css", "/console/api/requests", "/console/api/proxy"]

@@ -345,7 +345,13 @@ where
         _token: edge.tracker.token(),
     };
     crate::metrics::in_flight(1.0);
-    let resp = CTX.scope(ctx, crate::console::scope(shown.clone(), inner(req))).await;
+    // A recorded request runs with its record current; boxed, so the
+    // request's future keeps its size when nothing is recorded.
+    let handler = match shown.clone() {
+        Some(e) => futures_util::future::Either::Left(Box::pin(crate::console::CURRENT.scope(e, inner(req)))),
+        None => futures_util::future::Either::Right(inner(req)),
+    };
+    let resp = CTX.scope(ctx, handler).await;
     let (parts, body) = resp.into_parts();
     if let Some(c) = &shown {
         c.status(parts.status.as_u16());

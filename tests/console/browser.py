@@ -6,6 +6,7 @@ timeline, looks at the Proxy view; screenshots go to $ARTIFACTS."""
 
 import json
 import os
+import re
 import sys
 import threading
 import urllib.error
@@ -33,6 +34,16 @@ def chat(model, text, stream=False):
     except urllib.error.HTTPError as e:
         e.read()
         return e.code, e.headers["x-request-id"]
+
+
+def chat_id(model, text, rid):
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": text}]}).encode()
+    req = urllib.request.Request(BASE + "/v1/chat/completions", data=body, method="POST",
+                                 headers={"authorization": "Bearer " + KEY, "content-type": "application/json",
+                                          "x-request-id": rid})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        r.read()
+        return r.status
 
 
 def main():
@@ -91,6 +102,18 @@ def main():
         expect(page.locator("#body-upstream")).to_contain_text("call_t1")
         assert KEY not in page.content(), "the proxy key is on the page"
         assert page.url.endswith("/console/requests/" + sent["tool"][1]), page.url
+
+        # A loop watched while it runs: its tool call shows before the answer.
+        slow = threading.Thread(target=lambda: sent.__setitem__("slow", chat_id("v/m", "what time is it, slowly?", "req-live-browser")))
+        slow.start()
+        page.goto(BASE + "/console/requests/req-live-browser")
+        live_call = page.locator('.tool-call[data-tool="current_time"] .result')
+        expect(live_call).to_contain_text("+02:00", timeout=5000)
+        expect(page.locator(".detail-head .badge").first).to_have_text(re.compile("running|live"))
+        page.screenshot(path=os.path.join(ART, "console-live.png"), full_page=True)
+        slow.join(10)
+        assert sent["slow"] == 200, sent
+        expect(page.locator(".detail-head .badge").first).to_have_text("200", timeout=5000)
 
         # The address of one request opens it directly.
         page.goto(BASE + "/console/requests/" + sent["fail"][1])

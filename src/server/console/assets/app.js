@@ -255,6 +255,11 @@
           h("div", { class: "sub", text: e.message }))));
       }
     }
+    const last = d.timeline[d.timeline.length - 1];
+    if (!d.done && last && last.type === "iteration") {
+      items.push(h("div", { class: "tl running" }, h("div", { class: "panel card" },
+        h("div", { class: "title" }, h("span", { class: "badge run", text: "waiting" }), h("span", { class: "iter", text: "iteration " + last.iteration + ": the model is answering…" })))));
+    }
     return items.length ? h("div", { class: "timeline", id: "timeline" }, items)
       : h("div", { class: "panel empty", id: "timeline", text: "No agent loop: this request took the plain path (no server-side tool ran)." });
   }
