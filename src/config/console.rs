@@ -13,7 +13,8 @@ pub struct ConsoleConfig {
     /// proxy keys); without it set, every console request is refused.
     #[serde(default = "d_admin_key_env")]
     pub admin_key_env: String,
-    /// How many recent requests the console keeps (a ring, per replica).
+    /// How many recent requests the console keeps (a ring, per replica);
+    /// each keeps at most 8 × `max_body_bytes` of bodies, results and images.
     #[serde(default = "d_ring_size")]
     pub ring_size: usize,
     /// The most bytes kept of each recorded body (client request, upstream
@@ -33,7 +34,7 @@ fn d_admin_key_env() -> String {
     "MODELSHIM_ADMIN_KEY".into()
 }
 fn d_ring_size() -> usize {
-    200
+    100
 }
 fn d_max_body_bytes() -> usize {
     64 * 1024

@@ -33,6 +33,9 @@ const MAX_EXCHANGES: usize = 64;
 /// Bytes kept past a body's cap until it is redacted, so a secret cut by the
 /// cap is still whole when the redactor looks for it.
 const REDACT_MARGIN: usize = 512;
+/// What one record keeps in all (bodies, tool results, images), in bodies'
+/// caps: beyond it bytes are counted, not kept.
+const RECORD_BODIES: usize = 8;
 /// Live events an open console may lag behind before it skips some.
 const CHANNEL: usize = 512;
 
@@ -94,9 +97,11 @@ impl Console {
         if !self.recording() {
             return None;
         }
+        let mut budget = self.max_body.saturating_mul(RECORD_BODIES);
         let mut client_request = Body::default();
-        client_request.push(start.body, self.max_body);
+        client_request.push(start.body, self.max_body, &mut budget);
         let data = Data {
+            budget,
             method: start.method.to_string(),
             path: start.path.to_string(),
             front: front(start.path),
@@ -196,10 +201,13 @@ struct Body {
 }
 
 impl Body {
-    fn push(&mut self, b: &[u8], cap: usize) {
+    /// Keeps what fits under the cap and the record's `budget`.
+    fn push(&mut self, b: &[u8], cap: usize, budget: &mut usize) {
         self.bytes += b.len();
-        let room = (cap + REDACT_MARGIN).saturating_sub(self.raw.len());
-        self.raw.extend_from_slice(&b[..b.len().min(room)]);
+        let room = (cap + REDACT_MARGIN).saturating_sub(self.raw.len()).min(*budget);
+        let n = b.len().min(room);
+        self.raw.extend_from_slice(&b[..n]);
+        *budget -= n;
     }
 
     /// The text, redacted, then cut to `cap` bytes.
@@ -231,6 +239,8 @@ struct Exchange {
 
 #[derive(Default)]
 struct Data {
+    /// Bytes this record may still keep.
+    budget: usize,
     method: String,
     path: String,
     front: &'static str,
@@ -369,7 +379,7 @@ impl Entry {
         self.update(|d| {
             if d.upstream.len() < MAX_EXCHANGES {
                 let mut request = Body::default();
-                request.push(body, cap);
+                request.push(body, cap, &mut d.budget);
                 d.upstream.push(Exchange {
                     provider: provider.to_string(),
                     path: path.to_string(),
@@ -397,7 +407,7 @@ impl Entry {
         let cap = self.max_body;
         self.update(|d| {
             if let Some(x) = d.upstream.last_mut() {
-                x.response.push(bytes, cap);
+                x.response.push(bytes, cap, &mut d.budget);
             }
         });
     }
@@ -407,9 +417,9 @@ impl Entry {
         let cap = self.max_body;
         self.update(|d| {
             if let Some(x) = d.upstream.last_mut() {
-                x.response.push(b"data: ", cap);
-                x.response.push(data.as_bytes(), cap);
-                x.response.push(b"\n\n", cap);
+                for piece in [b"data: ".as_slice(), data.as_bytes(), b"\n\n"] {
+                    x.response.push(piece, cap, &mut d.budget);
+                }
             }
         });
     }
@@ -417,7 +427,7 @@ impl Entry {
     /// Bytes the client was sent.
     pub fn client_bytes(&self, bytes: &[u8]) {
         let cap = self.max_body;
-        self.update(|d| d.client_response.push(bytes, cap));
+        self.update(|d| d.client_response.push(bytes, cap, &mut d.budget));
     }
 
     /// One entry of the agent loop's timeline (an iteration, a tool call,
@@ -428,9 +438,24 @@ impl Entry {
             if entry["type"] == "tool_call" {
                 d.tool_calls += 1;
             }
-            if d.timeline.len() < MAX_TIMELINE {
-                d.timeline.push(entry);
+            if d.timeline.len() >= MAX_TIMELINE {
+                return;
             }
+            // Images, then the result, go first when the record is full.
+            let mut size = entry.to_string().len();
+            if size > d.budget
+                && let Some(o) = entry.as_object_mut()
+            {
+                if o.remove("image_urls").is_some() {
+                    o.insert("images_not_kept".into(), Value::Bool(true));
+                }
+                if o.contains_key("result") {
+                    o.insert("result".into(), json!("(not kept: this record is full)"));
+                }
+                size = entry.to_string().len();
+            }
+            d.budget = d.budget.saturating_sub(size);
+            d.timeline.push(entry);
         });
         self.changed();
     }
@@ -588,5 +613,28 @@ mod tests {
         assert!(resp["text"].as_str().unwrap().len() <= 40);
         assert_eq!(resp["bytes"], 1035);
         assert!(resp["text"].as_str().unwrap().contains(crate::redact::REDACTED));
+    }
+
+    #[test]
+    fn a_record_keeps_eight_caps_in_all() {
+        let c = console(3, 100, &[]);
+        let e = c.begin(&begin("x", &[b'a'; 100])).unwrap();
+        for _ in 0..20 {
+            e.upstream_request("p", "chat/completions", &[b'b'; 100]);
+            e.upstream_answer(&[b'c'; 100]);
+        }
+        let big = "r".repeat(500);
+        e.timeline(json!({"type": "tool_call", "result": big, "image_urls": ["data:image/png;base64,AAAA"]}));
+        let d = c.get("x").unwrap();
+        let kept: usize = d["upstream"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["request"]["text"].as_str().unwrap().len() + x["response"]["text"].as_str().unwrap().len())
+            .sum();
+        assert!(kept + 100 <= 800, "{kept}");
+        assert_eq!(d["upstream"][19]["request"]["bytes"], 100, "still counted");
+        assert_eq!(d["timeline"][0]["images_not_kept"], true);
+        assert_eq!(d["timeline"][0]["result"], "(not kept: this record is full)");
     }
 }
