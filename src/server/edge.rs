@@ -367,7 +367,6 @@ where
         done: Some(done),
         cut: sse.then(|| Box::pin(edge.cut.clone().cancelled_owned())),
         finished: false,
-        shown,
     };
     Response::from_parts(parts, Body::new(body))
 }
@@ -433,9 +432,6 @@ struct GuardedBody {
     done: Option<Done>,
     cut: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
     finished: bool,
-    /// The console's record: the body is polled with it current (streams
-    /// call upstream and run tools in these polls) and teed into it.
-    shown: Option<Arc<crate::console::Entry>>,
 }
 
 impl http_body::Body for GuardedBody {
@@ -454,7 +450,9 @@ impl http_body::Body for GuardedBody {
             this.done.take();
             return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(SHUTDOWN_EVENT)))));
         }
-        let r = match &this.shown {
+        // A recorded body is polled with its record current (streams call
+        // upstream and run tools in these polls) and teed into it.
+        let r = match this.done.as_ref().and_then(|d| d.shown.as_ref()) {
             None => Pin::new(&mut this.inner).poll_frame(cx),
             Some(c) => {
                 let r = crate::console::CURRENT.sync_scope(c.clone(), || Pin::new(&mut this.inner).poll_frame(cx));
