@@ -891,6 +891,8 @@ def ab_table(res: dict) -> list[str]:
     lr, b = res["load"], res["baseline"]
     L = ["## A/B: modelshim vs baseline\n",
          f"baseline: `{b['binary']}` ({b['version']}), interleaved with modelshim in every round of every lane.\n",
+         *([f"configs: new + `{b.get('new_config_extra') or '-'}`, baseline + `{b.get('config_extra') or '-'}`.\n"]
+           if b.get("config_extra") or b.get("new_config_extra") else []),
          "| lane | req/s new / base (Δ) | c=1 p50 new / base µs | c=1 p99 new / base µs | CPU µs/req new / base (Δ) |",
          "| --- | ---: | ---: | ---: | ---: |"]
     for lane in LANES:
@@ -961,6 +963,11 @@ def main() -> int:
     ap.add_argument("--litellm", default="", help="path to the litellm executable; empty = skip LiteLLM")
     ap.add_argument("--baseline", default="", help="another modelshim binary, run as target `baseline` "
                     "interleaved with modelshim in every lane (an A/B in one run)")
+    ap.add_argument("--config-extra", default="", help="a TOML file appended to modelshim's config")
+    ap.add_argument("--baseline-config-extra", default="", help="a TOML file appended to the baseline's config")
+    ap.add_argument("--console-ab", action="store_true",
+                    help="A/B of one binary: [console] enabled and no console open (modelshim) vs disabled (baseline); "
+                         "the same as --baseline self --config-extra bench/console-on.toml")
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--duration", type=float, default=None)
@@ -978,6 +985,15 @@ def main() -> int:
     ap.add_argument("--out", default=str(BENCH / "results" / "latest.md"))
     ap.add_argument("--command", default="", help="the command line to record (set by bench/run)")
     a = ap.parse_args()
+    if a.console_ab:
+        a.baseline = a.baseline or "self"
+        a.config_extra = a.config_extra or str(BENCH / "console-on.toml")
+        a.label = a.label or "A/B: [console] enabled, no console open (new) vs [console] off (base), same binary"
+    # `--baseline self`: the same binary, so two configs are compared.
+    if a.baseline == "self":
+        a.baseline = a.binary
+    # A config with [console] on wants its admin key (nothing logs in here).
+    os.environ.setdefault("MODELSHIM_ADMIN_KEY", "bench-admin-key-" + str(os.getpid()))
     q = a.quick
     a.duration = a.duration or (3 if q else 15)
     a.latency_duration = a.latency_duration or (3 if q else 10)
@@ -1002,8 +1018,11 @@ def main() -> int:
     (work / "nginx-upstream" / "nginx.conf").write_text(nginx_upstream_conf(work, ports["up"]))
     (work / "nginx-proxy" / "nginx.conf").write_text(
         nginx_proxy_conf(work, ports["nginx"], ports["up"], ports["paced"], ports["slow"]))
-    (work / "modelshim.toml").write_text(modelshim_conf(ports["modelshim"], ports["up"], ports["paced"], ports["slow"]))
-    (work / "baseline.toml").write_text(modelshim_conf(ports["baseline"], ports["up"], ports["paced"], ports["slow"]))
+    extra = lambda f: "\n" + Path(f).read_text() if f else ""  # noqa: E731
+    (work / "modelshim.toml").write_text(modelshim_conf(ports["modelshim"], ports["up"], ports["paced"], ports["slow"])
+                                         + extra(a.config_extra))
+    (work / "baseline.toml").write_text(modelshim_conf(ports["baseline"], ports["up"], ports["paced"], ports["slow"])
+                                        + extra(a.baseline_config_extra))
     (work / "litellm.yaml").write_text(litellm_conf(ports["up"], ports["paced"], ports["slow"]))
 
     res: dict = {
@@ -1013,7 +1032,8 @@ def main() -> int:
         "versions": {"nginx": version(["nginx", "-v"]).replace("nginx version: ", ""),
                      "wrk": version(["wrk", "-v"]).split(" [")[0]},
         "modelshim_version": version([a.binary, "--version"]),
-        "baseline": a.baseline and {"binary": a.baseline, "version": version([a.baseline, "--version"])},
+        "baseline": a.baseline and {"binary": a.baseline, "version": version([a.baseline, "--version"]),
+                                    "config_extra": a.baseline_config_extra, "new_config_extra": a.config_extra},
         "load": {}, "ttft": {}, "memory": {}, "idle_rss_kib": {}, "startup": {}, "sanity_failures": [],
     }
     procs = Procs(work / "logs")

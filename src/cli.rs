@@ -211,6 +211,12 @@ async fn serve(
     if let Err(why) = crate::server::auth::check_bind(&local, state.edge.auth.enabled(), allow_open) {
         bail!(why);
     }
+    if let Err(why) = crate::server::console::check_bind(&local, &config.console) {
+        bail!(why);
+    }
+    if state.console.is_some() {
+        tracing::info!("console at http://{local}/console");
+    }
     let names: Vec<String> = state.providers.iter().map(|p| p.name.clone()).collect();
     tracing::info!(providers = %names.join(","), auth = state.edge.auth.enabled(), state = state.store.kind(), threads = listeners.len(), "modelshim listening on http://{local}/v1");
     let grace = std::time::Duration::from_secs_f64(config.limits.shutdown_grace_secs.max(0.0));

@@ -3,6 +3,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod console;
 pub mod core;
 pub mod error;
 pub mod fixture;

@@ -22,7 +22,7 @@ const LAYERS: &[&[&str]] = &[
     &["spend"],
     &["stream"],
     &["state", "fixture"],
-    &["metrics"],
+    &["metrics", "console"],
     &["toolcall"],
     &["openai"],
     &["config", "redact", "idle"],

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 pub mod auth;
+pub mod console;
 pub mod limits;
 pub mod prices;
 pub mod responses;
@@ -84,6 +85,9 @@ pub struct Config {
     /// The Responses front: reasoning keys, hosted tools it may drop.
     #[serde(default)]
     pub responses: responses::ResponsesConfig,
+    /// The live console at `/console` (off by default).
+    #[serde(default)]
+    pub console: console::ConsoleConfig,
 }
 
 /// A `[models]` entry: one target, or targets tried in order when the

@@ -51,6 +51,7 @@ impl RequestCtx {
             let known = provider.knows_model(model);
             *p = Some(Served { provider: provider.name.clone(), model: model.to_string(), known });
         }
+        crate::console::with(|e| e.served(&provider.name, model));
     }
 
     pub fn served(&self) -> Option<Served> {

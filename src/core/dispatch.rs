@@ -46,6 +46,7 @@ pub async fn send(s: &Core, req: ChatRequest) -> Result<Sent, ApiError> {
             Err(e) if resilience::falls_back(&e) => {
                 let (from, to) = (&route.provider.name, &routes[i + 1].provider.name);
                 crate::metrics::fallback(from, to);
+                crate::console::with(|c| c.fallback(from, to, &e.to_string()));
                 tracing::warn!(from = %from, to = %to, error = %e, "falling back to the next provider");
             }
             r => return r.map_err(ApiError::from),
@@ -127,6 +128,7 @@ fn measured(
     if let Some(c) = ctx {
         crate::metrics::first_token(&p.name, p.metric_model(model), c.start.elapsed());
     }
+    crate::console::with(crate::console::Entry::first_token);
     counted(reply, ctx, p, model, price, true)
 }
 
@@ -164,6 +166,7 @@ fn counted(
                 {
                     if metrics {
                         crate::metrics::usage(&provider, &label, u);
+                        crate::console::with(|c| c.usage(u));
                     }
                     if let Some(t) = &turn {
                         let mut u = u.clone();

@@ -127,6 +127,12 @@ pub async fn start(s: &Core, req: ChatRequest, as_is: bool) -> Result<Started, A
                     t.prompt_tokens,
                     t.completion_tokens,
                 );
+                crate::console::with(|c| {
+                    c.usage(
+                        &serde_json::json!({"prompt_tokens": t.prompt_tokens, "completion_tokens": t.completion_tokens,
+                        "total_tokens": t.prompt_tokens.zip(t.completion_tokens).map(|(a, b)| a + b)}),
+                    )
+                });
                 return Ok(Started::AsIs(body));
             }
             let completion: Completion = body.parse("a chat completion")?;
@@ -137,6 +143,7 @@ pub async fn start(s: &Core, req: ChatRequest, as_is: bool) -> Result<Started, A
                     crate::stream::usage::normalize(&mut u, &provider.profile.response.usage);
                     turn.usage(&u);
                 }
+                crate::console::with(|c| c.usage(u));
             }
             let mut chunks = Vec::new();
             norm.push(completion_to_chunk(completion), &mut chunks);

@@ -56,6 +56,18 @@ impl Default for Breaker {
 }
 
 impl Breaker {
+    /// The state and the failures counted, for the console: `closed`,
+    /// `open` or `half_open`.
+    pub fn view(&self) -> (&'static str, u32) {
+        let Ok(b) = self.inner.lock() else { return ("closed", 0) };
+        let state = match b.state {
+            State::Closed => "closed",
+            State::Open(until) if Instant::now() < until => "open",
+            State::Open(_) | State::HalfOpen(_) => "half_open",
+        };
+        (state, b.failures)
+    }
+
     /// Lets a call through, or says the circuit is open. After the open
     /// period one probe is let through; a probe that never reports (client
     /// gone) frees the slot after another open period.
@@ -275,6 +287,7 @@ pub async fn post(
         let Some(wait) = backoff(&e, attempt, &p.upstream) else { return Err(e) };
         attempt += 1;
         crate::metrics::retry(&p.name, reason);
+        crate::console::with(|c| c.retry(&p.name, reason, &e.to_string()));
         tracing::warn!(provider = %p.name, attempt, wait_ms = wait.as_millis() as u64, error = %e, "retrying upstream");
         last = Some(e);
         tokio::time::sleep(wait).await;

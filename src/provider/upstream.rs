@@ -246,12 +246,24 @@ impl Upstream {
     /// POSTs a JSON body and classifies the answer.
     pub async fn post(&self, p: &Provider, path: &str, body: &impl serde::Serialize) -> Result<Reply, UpstreamError> {
         let json = serde_json::to_vec(body).map_err(|e| bad_request(p, &e))?;
+        // The console's record of this request, when one is kept.
+        let shown = crate::console::current();
+        if let Some(c) = &shown {
+            c.upstream_request(&p.name, path, &json);
+        }
         let out = self.request(p, http::Method::POST, path, Some(json))?;
         let recorded = || serde_json::to_value(body).unwrap_or(Value::Null);
-        let (resp, mut rec) = self.send(p, out, recorded).await?;
+        let sent = self.send(p, out, recorded).await;
+        if let (Some(c), Err(e)) = (&shown, &sent) {
+            c.upstream_answer(e.to_string().as_bytes());
+        }
+        let (resp, mut rec) = sent?;
         let status = resp.status().as_u16();
         if let Some(r) = rec.as_mut() {
             r.head(status, resp.headers());
+        }
+        if let Some(c) = &shown {
+            c.upstream_status(status);
         }
         let is_sse = resp
             .headers()
@@ -265,14 +277,31 @@ impl Upstream {
         if status >= 400 {
             let retry_after = super::resilience::retry_after(resp.headers());
             let bytes = self.read(p, resp, rec, self.max_answer).await?;
+            if let Some(c) = &shown {
+                c.upstream_answer(&bytes);
+            }
             return Err(super::resilience::with_retry_after(map_error(&p.profile, status, &bytes), retry_after));
         }
         let idle = crate::config::limits::secs(p.upstream.idle_timeout_secs);
         if is_sse {
             let body = resp.into_body().into_data_stream();
-            return Ok(Reply::Events(super::sse_in::events(body, idle, self.max_answer, rec)));
+            let events = super::sse_in::events(body, idle, self.max_answer, rec);
+            return Ok(Reply::Events(match shown {
+                None => events,
+                Some(c) => {
+                    use futures_util::StreamExt as _;
+                    Box::pin(events.inspect(move |ev| {
+                        if let Ok(data) = ev {
+                            c.upstream_event(data);
+                        }
+                    }))
+                }
+            }));
         }
         let bytes = self.read(p, resp, rec, self.max_answer).await?;
+        if let Some(c) = &shown {
+            c.upstream_answer(&bytes);
+        }
         if looks_like_sse(&bytes) {
             // A stream served under the wrong content type (seen behind
             // misconfigured gateways): parse it as what it is.

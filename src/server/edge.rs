@@ -181,8 +181,9 @@ where
     Fut: Future<Output = Response>,
 {
     let path = req.uri().path();
-    // Probes and the scrape are open and not counted as requests.
-    if matches!(path, "/healthz" | "/readyz" | "/metrics") {
+    // Probes and the scrape are open and not counted as requests; the
+    // console has its own admin key (server/console).
+    if matches!(path, "/healthz" | "/readyz" | "/metrics") || super::console::is_console(path) {
         return inner(req).await;
     }
     let id = request_id(req.headers());
@@ -267,6 +268,8 @@ where
     let (parts, body) = req.into_parts();
     let mut model = None;
     let mut body_len = 0;
+    // The body the console records, while one is open.
+    let mut shown_body = None;
     let req = if parts.method == Method::POST {
         let max = edge.limits.max_body_bytes;
         let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<usize>().ok());
@@ -339,6 +342,9 @@ where
             }
         }
         body_len = bytes.len();
+        if s.console.as_ref().is_some_and(|c| c.recorder.recording()) {
+            shown_body = Some(bytes.clone());
+        }
         Request::from_parts(parts, Body::from(bytes))
     } else {
         Request::from_parts(parts, body)
@@ -353,12 +359,24 @@ where
         return over_budget(&r);
     }
     let key_name = key.as_ref().map(|k| k.name.clone());
+    let shown = s.console.as_ref().and_then(|c| {
+        c.recorder.begin(&crate::console::Begin {
+            id: &id,
+            start,
+            method: req.method().as_str(),
+            path: req.uri().path(),
+            key: key_name.as_deref(),
+            model: model.as_deref(),
+            body: shown_body.as_deref().unwrap_or_default(),
+        })
+    });
     let ctx = Arc::new(RequestCtx::new(id, start, model, key_name));
     if key.as_ref().is_some_and(|k| !k.budget.is_empty()) {
         ctx.spend.set_counted();
     }
     ctx.spend.request_bytes(body_len);
     let mut done = Done {
+        shown: shown.clone(),
         ctx: ctx.clone(),
         key: key.map(|k| k.name.clone()),
         status: StatusCode::OK,
@@ -367,8 +385,17 @@ where
         _token: edge.tracker.token(),
     };
     crate::metrics::in_flight(1.0);
-    let resp = CTX.scope(ctx, inner(req)).await;
+    // A recorded request runs with its record current; boxed, so the
+    // request's future keeps its size when nothing is recorded.
+    let handler = match shown.clone() {
+        Some(e) => futures_util::future::Either::Left(Box::pin(crate::console::CURRENT.scope(e, inner(req)))),
+        None => futures_util::future::Either::Right(inner(req)),
+    };
+    let resp = CTX.scope(ctx, handler).await;
     let (parts, body) = resp.into_parts();
+    if let Some(c) = &shown {
+        c.status(parts.status.as_u16());
+    }
     let sse = parts
         .headers
         .get(header::CONTENT_TYPE)
@@ -397,6 +424,8 @@ fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
 
 /// Held until the response body is done (or dropped: client gone).
 struct Done {
+    /// The console's record, finished with the body.
+    shown: Option<Arc<crate::console::Entry>>,
     ctx: Arc<RequestCtx>,
     key: Option<String>,
     status: StatusCode,
@@ -440,6 +469,12 @@ impl Drop for Done {
             ledger.charge(key, &s.tokens, s.cost);
             tokens = s.tokens.total();
             cost = s.priced.then(|| format!("{:.9}", crate::spend::amount(s.cost)));
+        }
+        if let Some(c) = &self.shown {
+            if let (Some(amount), Some(ledger)) = (&cost, &self.ledger) {
+                c.cost(amount, &ledger.currency);
+            }
+            c.finish(self.status.as_u16());
         }
         // Written when the body ends, outside the request's span: the id is
         // a field of its own so the access line can be joined to the rest.
@@ -485,7 +520,20 @@ impl http_body::Body for GuardedBody {
             this.done.take();
             return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(SHUTDOWN_EVENT)))));
         }
-        let r = Pin::new(&mut this.inner).poll_frame(cx);
+        // A recorded body is polled with its record current (streams call
+        // upstream and run tools in these polls) and teed into it.
+        let r = match this.done.as_ref().and_then(|d| d.shown.as_ref()) {
+            None => Pin::new(&mut this.inner).poll_frame(cx),
+            Some(c) => {
+                let r = crate::console::CURRENT.sync_scope(c.clone(), || Pin::new(&mut this.inner).poll_frame(cx));
+                if let Poll::Ready(Some(Ok(f))) = &r
+                    && let Some(d) = f.data_ref()
+                {
+                    c.client_bytes(d);
+                }
+                r
+            }
+        };
         if let Poll::Ready(None | Some(Err(_))) = &r {
             this.finished = true;
             this.done.take();

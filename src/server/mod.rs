@@ -2,6 +2,7 @@
 //! what `modelshim serve` runs.
 
 pub mod auth;
+pub mod console;
 pub mod edge;
 mod error;
 pub mod limits;
@@ -40,6 +41,8 @@ pub struct AppState {
     pub redactor: Arc<crate::redact::Redactor>,
     /// The upstreams' own model lists, for providers that name no models.
     pub discovery: models::Discovery,
+    /// The live console (`[console] enabled`): its recorder and admin key.
+    pub console: Option<console::Site>,
     ready: AtomicBool,
 }
 
@@ -76,6 +79,7 @@ impl AppState {
         let mut secrets: Vec<String> = providers.iter().filter_map(|p| p.api_key().map(str::to_string)).collect();
         secrets.extend(auth::raw_keys(config.auth.as_ref()));
         secrets.extend(crate::state::sealed::Keyring::secrets_in_env(&config.responses.reasoning_keys_env));
+        let console = console::Site::new(&config.console, &mut secrets);
         let redactor = crate::redact::install(secrets);
         if let Some(dir) = record {
             let headers = providers.iter().filter_map(|p| p.profile.auth_header.clone());
@@ -126,6 +130,7 @@ impl AppState {
             ),
             redactor,
             discovery,
+            console,
             ready: AtomicBool::new(true),
         }))
     }
@@ -252,6 +257,7 @@ fn router(state: Shared) -> Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .merge(console::routes())
         .fallback(not_found)
         .layer(axum::middleware::from_fn_with_state(state.clone(), edge::guard))
         .layer(body_limit)

@@ -282,6 +282,18 @@ impl Server {
         }
     }
 
+    /// How the connection is, for the console: `up`, `connecting`, `down`
+    /// (with the last connect error) or `idle` (not started yet).
+    pub fn health(&self) -> (&'static str, Option<String>) {
+        let failed = self.failed.lock().ok().and_then(|f| f.as_ref().map(|(_, why)| why.clone()));
+        match self.conn.try_lock() {
+            Ok(c) if c.as_ref().is_some_and(Conn::live) => ("up", None),
+            Ok(_) if failed.is_some() => ("down", failed),
+            Ok(_) => ("idle", None),
+            Err(_) => ("connecting", failed),
+        }
+    }
+
     /// The names of the tools the server listed.
     pub fn tool_names(&self) -> Vec<String> {
         self.shared.tools.read().map(|t| t.iter().map(|t| t.name.clone()).collect()).unwrap_or_default()

@@ -95,6 +95,9 @@ struct Loop {
     client_names: HashSet<String>,
     /// Trace entries are made (the client asked for them).
     trace: bool,
+    /// The console's record of this request, when one is kept: every trace
+    /// entry goes there too, asked for or not.
+    shown: Option<Arc<crate::console::Entry>>,
     want_usage: bool,
     vision: bool,
     /// The request's context: each iteration is a turn of its spend.
@@ -179,6 +182,7 @@ pub async fn items(
         client_tools,
         client_names,
         trace,
+        shown: crate::console::current(),
         want_usage,
         vision,
         ctx,
@@ -288,6 +292,43 @@ impl Loop {
         slots.into_iter().flatten().collect()
     }
 
+    /// Whether trace entries are made: for the client or the console.
+    fn tracing(&self) -> bool {
+        self.trace || self.shown.is_some()
+    }
+
+    /// A trace entry goes to the console, and to the client if it asked.
+    fn pass(&self, it: Item) -> Option<Item> {
+        match it {
+            Item::Trace(t) => {
+                if let Some(c) = &self.shown {
+                    c.timeline(t.clone());
+                }
+                self.trace.then_some(Item::Trace(t))
+            }
+            it => Some(it),
+        }
+    }
+
+    /// The console's timeline entry of an iteration starting: the skills
+    /// read so far and the tools they unlocked.
+    fn show_iteration(&self, iteration: u32, offer: &Offer) {
+        let Some(c) = &self.shown else { return };
+        let none = BTreeSet::new();
+        let locks = &self.catalog.locks;
+        let unlocked: Vec<&str> = offer
+            .server
+            .iter()
+            .filter(|n| locks.waiting_for(n, &none).is_some() && locks.waiting_for(n, &offer.read).is_none())
+            .map(String::as_str)
+            .collect();
+        let mut offered: Vec<&str> = offer.server.iter().map(String::as_str).collect();
+        offered.sort_unstable();
+        c.timeline(json!({"type": "iteration", "iteration": iteration, "provider": self.provider.name,
+                          "model": self.model, "skills_read": offer.read, "tools_unlocked": unlocked,
+                          "server_tools": offered}));
+    }
+
     fn stream(self) -> impl Stream<Item = Result<Item, UpstreamError>> + Send {
         async_stream::stream! {
             let cfg = &self.registry.config;
@@ -304,18 +345,20 @@ impl Loop {
                 iteration += 1;
                 let remaining = deadline.saturating_duration_since(Instant::now());
                 if remaining.is_zero() {
-                    for it in out.stop(&out_of_time, "deadline", self.trace) { yield Ok(it); }
+                    for it in out.stop(&out_of_time, "deadline", self.tracing()) { if let Some(it) = self.pass(it) { yield Ok(it); } }
                     break;
                 }
                 let offer = self.offer(&history);
+                self.show_iteration(iteration, &offer);
                 let (req, plan) = self.request(&history, iteration, &offer);
                 let settings = self.settings(plan, &offer);
                 let call = upstream_chunks(&self.s, &self.provider, &self.model, self.ctx.as_ref(), &req, settings);
+                let call = crate::console::scope(self.shown.clone(), call);
                 let mut chunks = match tokio::time::timeout(remaining, call).await {
                     Ok(Ok(c)) => c,
                     Ok(Err(e)) => { yield Err(e); return; }
                     Err(_) => {
-                        for it in out.stop(&out_of_time, "deadline", self.trace) { yield Ok(it); }
+                        for it in out.stop(&out_of_time, "deadline", self.tracing()) { if let Some(it) = self.pass(it) { yield Ok(it); } }
                         break;
                     }
                 };
@@ -330,6 +373,9 @@ impl Loop {
                         Ok(Some(Ok(chunk))) => {
                             if !started {
                                 started = true;
+                                if let Some(c) = &self.shown {
+                                    c.first_token();
+                                }
                                 yield Ok(Item::Started);
                             }
                             for c in out.take(chunk, &mut turn) { yield Ok(Item::Chunk(c)); }
@@ -337,7 +383,7 @@ impl Loop {
                     }
                 }
                 if timed_out {
-                    for it in out.stop(&out_of_time, "deadline", self.trace) { yield Ok(it); }
+                    for it in out.stop(&out_of_time, "deadline", self.tracing()) { if let Some(it) = self.pass(it) { yield Ok(it); } }
                     hidden.push(assistant(&turn, &self.replay, &[]));
                     break;
                 }
@@ -360,7 +406,7 @@ impl Loop {
                 if iteration >= max && client.is_empty() {
                     let why =
                         format!("the model was still calling tools after {max} model calls (max_iterations = {max})");
-                    for it in out.stop(&why, "max_iterations", self.trace) { yield Ok(it); }
+                    for it in out.stop(&why, "max_iterations", self.tracing()) { if let Some(it) = self.pass(it) { yield Ok(it); } }
                     hidden.push(assistant(&turn, &self.replay, &[]));
                     break;
                 }
@@ -369,7 +415,17 @@ impl Loop {
                     .map(|c| CallRequest { id: c.id.clone(), name: c.name.clone(), arguments: c.arguments.clone() })
                     .collect();
                 let cap = deadline.saturating_duration_since(Instant::now());
+                if let Some(c) = &self.shown {
+                    let calls: Vec<Value> = requests.iter().map(|r| json!({"id": r.id, "tool": r.name,
+                        "arguments": serde_json::from_str::<Value>(&r.arguments).unwrap_or_else(|_| json!(r.arguments))})).collect();
+                    c.timeline(json!({"type": "tool_calls_started", "iteration": iteration, "calls": calls}));
+                }
                 let outcomes = self.run_gated(requests, &offer.read, cap).await;
+                if let Some(c) = &self.shown {
+                    for o in &outcomes {
+                        c.timeline(trace::console_entry(o, iteration, cfg.trace_result_chars));
+                    }
+                }
                 if self.trace {
                     for o in &outcomes {
                         yield Ok(Item::Trace(trace::entry(o, iteration, cfg.trace_result_chars)));
@@ -390,6 +446,9 @@ impl Loop {
                 exchange.extend(images);
                 history.extend(exchange.iter().cloned());
                 hidden.extend(exchange);
+            }
+            if let (Some(c), Some(u)) = (&self.shown, &out.usage) {
+                c.set_usage(u);
             }
             for c in out.usage_chunk(self.want_usage) { yield Ok(Item::Chunk(c)); }
             if out.saw_hidden(&hidden) {

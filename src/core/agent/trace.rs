@@ -25,3 +25,25 @@ pub fn entry(o: &CallOutcome, iteration: u32, max_chars: usize) -> Value {
         "images": o.output.images().count(),
     })
 }
+
+/// The most characters of a result the console keeps.
+const CONSOLE_RESULT_CHARS: usize = 16 * 1024;
+/// The most base64 bytes of the images of one call the console keeps.
+const CONSOLE_IMAGE_BYTES: usize = 2 * 1024 * 1024;
+
+/// The console's entry of one finished call: the trace entry with a longer
+/// result and the images themselves (as data URLs, while they are small).
+pub fn console_entry(o: &CallOutcome, iteration: u32, max_chars: usize) -> Value {
+    let mut v = entry(o, iteration, max_chars.max(CONSOLE_RESULT_CHARS));
+    let mut budget = CONSOLE_IMAGE_BYTES;
+    let mut images = Vec::new();
+    for (mime, data) in o.output.images() {
+        if data.len() > budget {
+            break;
+        }
+        budget -= data.len();
+        images.push(Value::String(format!("data:{mime};base64,{data}")));
+    }
+    v["image_urls"] = Value::Array(images);
+    v
+}
