@@ -52,18 +52,19 @@ fn finish_call(raw: RawCall, format: &'static str, tools: &ToolIndex) -> Result<
         d => Some(d.to_string()),
     };
     let name = declared.unwrap_or(name);
-    let arguments = arguments(args, tools.schema(&name)).ok_or(Bad::Args)?;
+    // The schema only for text arguments: looking it up resolves the name again.
+    let arguments = arguments(args, || tools.schema(&name)).ok_or(Bad::Args)?;
     Ok(Call { id, name, arguments, format })
 }
 
-fn arguments(args: Args, schema: Option<&Value>) -> Option<String> {
+fn arguments<'a>(args: Args, schema: impl FnOnce() -> Option<&'a Value>) -> Option<String> {
     let arguments = match args {
         Args::Json(text) => owned_json_arguments(text)?,
         Args::Checked(text) => checked_arguments(text)?,
         Args::Value(Value::Null) | Args::Empty => "{}".to_string(),
         Args::Value(v @ Value::Object(_)) => v.to_string(),
         Args::Value(_) => return None,
-        Args::Text(text) => text_arguments(&text, schema)?,
+        Args::Text(text) => text_arguments(&text, schema())?,
     };
     // Valid but deeper than any JSON reader downstream takes (serde_json
     // stops at 128): no call, the region stays text.

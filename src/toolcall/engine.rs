@@ -181,8 +181,10 @@ impl FormatSet {
         let b = text.as_bytes();
         let mut from = 0;
         if b.len() > 2 * NEAR {
-            for i in 0..NEAR {
-                if let Some(p) = self.at(b, i) {
+            for (i, x) in b[..NEAR].iter().enumerate() {
+                if self.first_byte[*x as usize]
+                    && let Some(p) = self.at(b, i)
+                {
                     return Some((i, p.len, p.pattern));
                 }
             }
@@ -198,18 +200,24 @@ impl FormatSet {
     }
 
     /// The longest pattern that starts at `b[i]`.
+    #[inline]
     fn at(&self, b: &[u8], i: usize) -> Option<&Prefix> {
-        let x = *b.get(i)?;
-        if !self.first_byte[x as usize] {
-            return None;
-        }
-        let rest = &b[i..];
+        let rest = b.get(i..)?;
         let w = word(rest);
-        self.by_first[x as usize].iter().find(|p| {
+        self.by_first[*rest.first()? as usize].iter().find(|p| {
             w & p.mask == p.word
                 && rest.len() >= p.len
                 && (p.len <= 8 || rest[8..p.len] == self.patterns[p.pattern].0.as_bytes()[8..])
         })
+    }
+
+    /// Whether `tail` (shorter than the pattern) is how the pattern begins.
+    #[inline]
+    fn begins(&self, p: &Prefix, tail: &[u8]) -> bool {
+        let n = tail.len().min(8);
+        let mask = if n == 8 { u64::MAX } else { (1u64 << (8 * n)) - 1 };
+        word(tail) & mask == p.word & mask
+            && (tail.len() <= 8 || self.patterns[p.pattern].0.as_bytes()[8..].starts_with(&tail[8..]))
     }
 
     /// Length of the longest suffix of `buf` that is a proper prefix of a
@@ -220,7 +228,7 @@ impl FormatSet {
         for i in lo..b.len() {
             if self.first_byte[b[i] as usize] && buf.is_char_boundary(i) {
                 let tail = &b[i..];
-                if self.patterns.iter().any(|(p, _)| p.len() > tail.len() && p.as_bytes().starts_with(tail)) {
+                if self.by_first[b[i] as usize].iter().any(|p| p.len > tail.len() && self.begins(p, tail)) {
                     return b.len() - i;
                 }
             }
@@ -235,7 +243,8 @@ impl FormatSet {
         if tail.len() >= self.max_len {
             return false;
         }
-        self.patterns.iter().any(|(p, _)| p.len() > matched && p.len() > tail.len() && p.as_bytes().starts_with(tail))
+        let Some(first) = tail.first() else { return false };
+        self.by_first[*first as usize].iter().any(|p| p.len > matched && p.len > tail.len() && self.begins(p, tail))
     }
 }
 
@@ -865,6 +874,28 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// What is held back and what may grow, by first byte, as a scan of every pattern says.
+        #[test]
+        fn held_suffix_and_growth_match_a_plain_scan(parts in proptest::collection::vec(proptest::sample::select(vec![
+            "a", " ", "<", "<|", "<|tool", "<tool_call", "<tool_call>", "[TOOL", "<｜tool▁call", "]<]mini", "✿FUNC", "Act",
+            "<|content_model_end", "functools", "Thought",
+        ]), 0..12)) {
+            let set = FormatSet::all();
+            let text = parts.concat();
+            let b = text.as_bytes();
+            let want = (b.len().saturating_sub(set.max_len - 1)..b.len())
+                .find(|&i| text.is_char_boundary(i)
+                    && set.patterns.iter().any(|(p, _)| p.len() > b.len() - i && p.as_bytes().starts_with(&b[i..])))
+                .map_or(0, |i| b.len() - i);
+            proptest::prop_assert_eq!(set.partial_suffix(&text), want);
+            if let Some((start, len, _)) = set.find(&text) {
+                let tail = &b[start..];
+                let grows = tail.len() < set.max_len
+                    && set.patterns.iter().any(|(p, _)| p.len() > len && p.len() > tail.len() && p.as_bytes().starts_with(tail));
+                proptest::prop_assert_eq!(set.could_grow(&text, start, len), grows);
+            }
+        }
+
         /// The near-window scan finds what the automaton alone finds.
         #[test]
         fn find_is_leftmost_longest(parts in proptest::collection::vec(proptest::sample::select(vec![
