@@ -114,8 +114,10 @@ impl FormatSet {
         let mut patterns: Vec<(&'static str, Pattern)> =
             REASONING.iter().map(|(open, close)| (*open, Pattern::Reasoning { close })).collect();
         let mut start_byte = [false; 256];
+        let names: Vec<&str> = formats.iter().map(|f| f.name()).collect();
         for (i, f) in formats.iter().enumerate() {
-            for m in f.markers() {
+            let deferred = |m: &str| f.defers().iter().any(|(d, owner)| *d == m && names.contains(owner));
+            for m in f.markers().iter().filter(|m| !deferred(m)) {
                 match patterns.iter_mut().find(|(p, _)| p == m) {
                     Some((_, Pattern::Marker { formats })) => formats.push(i),
                     Some((_, Pattern::Reasoning { .. } | Pattern::Stray)) => {}
@@ -851,6 +853,27 @@ pub fn extract(text: &str, set: &Arc<FormatSet>, tools: &Arc<ToolIndex>) -> Extr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deferred_marker_opens_only_its_owner_when_both_are_in_the_set() {
+        let owners = |set: &FormatSet, m: &str| -> Vec<&str> {
+            set.patterns
+                .iter()
+                .find_map(|(p, k)| match k {
+                    Pattern::Marker { formats } if *p == m => {
+                        Some(formats.iter().map(|f| set.formats[*f].name()).collect())
+                    }
+                    _ => None,
+                })
+                .unwrap_or_default()
+        };
+        let auto = FormatSet::all();
+        assert!(!owners(&auto, "<tool_call>").contains(&"bare_json"));
+        assert!(owners(&auto, "<tool_call>").contains(&"hermes"));
+        let alone = FormatSet::named(&["bare_json"]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(owners(&alone, "<tool_call>"), ["bare_json"]);
+        assert_eq!(owners(&alone, "[TOOL_CALLS]"), ["bare_json"]);
+    }
 
     #[test]
     fn auto_mode_leads_fit_the_packed_prefilter() {

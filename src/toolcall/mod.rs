@@ -59,6 +59,12 @@ pub trait Format: Sync {
     fn strays(&self) -> &'static [&'static str] {
         &[]
     }
+    /// Markers this format leaves to another format when both are in a set
+    /// (marker, format name): the other reads the same text in full, so a
+    /// second candidate would only scan the region again.
+    fn defers(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
     /// Special tokens that end a reasoning block the model left open: it
     /// started its calls while still thinking (Kimi-K2 without `</think>`).
     fn ends_reasoning(&self) -> &'static [&'static str] {

@@ -32,6 +32,12 @@ impl Format for BareJson {
         &["```", TOOL_CALLS, OPEN]
     }
 
+    /// The wrappers are xLAM's for `--format bare_json`; in a set with the
+    /// formats that own them (auto mode), those read the lists as well.
+    fn defers(&self) -> &'static [(&'static str, &'static str)] {
+        &[(OPEN, "hermes"), (TOOL_CALLS, "mistral")]
+    }
+
     fn start_bytes(&self) -> &'static [u8] {
         b"{["
     }
