@@ -59,7 +59,7 @@ fn parse_offset(s: &str) -> Option<i64> {
 fn format_time(unix: i64, offset_min: i64) -> String {
     let t = unix + offset_min * 60;
     let (days, rem) = (t.div_euclid(86_400), t.rem_euclid(86_400));
-    let (y, mo, d) = civil_from_days(days);
+    let (y, mo, d) = crate::spend::period::civil(days);
     let zone = if offset_min == 0 {
         "Z".to_string()
     } else {
@@ -67,20 +67,6 @@ fn format_time(unix: i64, offset_min: i64) -> String {
         format!("{}{:02}:{:02}", if offset_min < 0 { '-' } else { '+' }, a / 60, a % 60)
     };
     format!("{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}{zone}", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
-/// Howard Hinnant's days-to-civil algorithm.
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }
 
 #[cfg(test)]
