@@ -223,7 +223,10 @@ def modelshim_conf(port: int, up: int, paced: int, slow: int) -> str:
         lines.append(f"[providers.{name}]")
         lines.append('profile = "vllm"            # a self-hosted OpenAI-compatible server')
         lines.append(f'base_url = "{base}"')
-        lines.append('api_key_env = "MODELSHIM_BENCH_NO_KEY"')
+        # A key, as every real provider has: the redactor then works as in
+        # production on both sides of an A/B (a secret added by the feature
+        # under test, like the console's admin key, changes nothing else).
+        lines.append('api_key_env = "MODELSHIM_BENCH_KEY"')
         lines.append(f'tool_calls = "{mode}"')
         if formats:
             lines.append(f"formats = {json.dumps(formats)}")
@@ -994,6 +997,7 @@ def main() -> int:
         a.baseline = a.binary
     # A config with [console] on wants its admin key (nothing logs in here).
     os.environ.setdefault("MODELSHIM_ADMIN_KEY", "bench-admin-key-" + str(os.getpid()))
+    os.environ.setdefault("MODELSHIM_BENCH_KEY", "bench-upstream-key-" + str(os.getpid()))
     q = a.quick
     a.duration = a.duration or (3 if q else 15)
     a.latency_duration = a.latency_duration or (3 if q else 10)

@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Instructions per proxied request, A/B, by valgrind's callgrind.
+
+Time-based A/Bs on a shared 2-CPU VM move by more than the effects we look
+for (bench/results/: the same binary measured 11.5k and 28.7k req/s an hour
+apart). Instruction counts do not: this runs each side under callgrind,
+sends the same requests one at a time on one keep-alive connection, zeroes
+the counters after a warm-up and reads them after N more, so what is left is
+the proxy's own work per request (upstream: bench.py's nginx with canned
+bodies). Each side runs `--repeats` times, alternating, to show the spread.
+
+    python3 bench/instructions.py --binary target/release/modelshim \\
+        --config-extra bench/console-on.toml            # console enabled, none open vs off
+    python3 bench/instructions.py --binary NEW --baseline OLD --lane stream
+
+Needs valgrind and nginx (bench/run installs nginx). Everything listens on
+127.0.0.1; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402  (the fixtures, configs and process handling are bench.py's)
+
+
+def totals(out: Path) -> int:
+    """Instructions in a callgrind dump (its `totals:` or `summary:` line)."""
+    for line in out.read_text().splitlines():
+        m = re.match(r"(?:totals|summary):\s+(\d+)", line)
+        if m:
+            return int(m.group(1))
+    raise RuntimeError(f"no totals in {out}")
+
+
+def send(port: int, path: str, body: bytes, n: int) -> None:
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    for _ in range(n):
+        c.request("POST", path, body=body, headers={"content-type": "application/json"})
+        r = c.getresponse()
+        r.read()
+        if r.status != 200:
+            raise RuntimeError(f"status {r.status} from {path}")
+    c.close()
+
+
+def control(pid: int, flag: str) -> None:
+    subprocess.run(["callgrind_control", flag, str(pid)], check=True, capture_output=True, timeout=60)
+
+
+def measure(side: str, binary: str, conf: Path, port: int, lane: str, work: Path, a, procs: bench.Procs, k: int) -> int:
+    out = work / f"callgrind.{side}.{k}.out"
+    for old in work.glob(f"callgrind.{side}.{k}.out*"):
+        old.unlink()
+    name = f"{side}-{k}"
+    p = procs.start(name, ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                           binary, "serve", "--config", str(conf)])
+    try:
+        if bench.wait_ready(port, "/readyz", 120, p, poll=0.2) is None:
+            raise RuntimeError(f"{side} did not start (see {work}/logs/{name}.log)")
+        body = (work / "requests" / f"{lane}.json").read_bytes()
+        send(port, "/v1/chat/completions", body, a.warmup)
+        control(p.pid, "--zero")
+        send(port, "/v1/chat/completions", body, a.requests)
+        control(p.pid, "--dump")
+        time.sleep(0.5)
+        dumps = sorted(work.glob(f"callgrind.{side}.{k}.out.*"))
+        if not dumps:
+            raise RuntimeError(f"no dump from {side}")
+        return totals(dumps[-1])
+    finally:
+        procs.stop(name)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--binary", default=str(bench.ROOT / "target" / "release" / "modelshim"))
+    ap.add_argument("--baseline", default="", help="another binary (default: the same one)")
+    ap.add_argument("--config-extra", default="", help="a TOML file appended to the new side's config")
+    ap.add_argument("--baseline-config-extra", default="", help="a TOML file appended to the baseline's config")
+    ap.add_argument("--lane", default="plain", choices=list(bench.LANES))
+    ap.add_argument("--requests", type=int, default=2000)
+    ap.add_argument("--warmup", type=int, default=200)
+    ap.add_argument("--repeats", type=int, default=2)
+    a = ap.parse_args()
+    a.baseline = a.baseline or a.binary
+    os.environ.setdefault("MODELSHIM_ADMIN_KEY", "bench-admin-key-" + str(os.getpid()))
+    os.environ.setdefault("MODELSHIM_BENCH_KEY", "bench-upstream-key-" + str(os.getpid()))
+
+    work = bench.ROOT / "target" / "bench-instructions"
+    subprocess.run(["rm", "-rf", str(work)], check=True)
+    for d in ("logs", "nginx-upstream/tmp-body", "nginx-upstream/tmp-proxy"):
+        (work / d).mkdir(parents=True, exist_ok=True)
+    bench.write_fixtures(work)
+    ports = {k: bench.free_port() for k in ("up", "new", "base")}
+    (work / "nginx-upstream" / "nginx.conf").write_text(bench.nginx_upstream_conf(work, ports["up"]))
+    extra = lambda f: "\n" + Path(f).read_text() if f else ""  # noqa: E731
+    confs = {}
+    for side, f in (("new", a.config_extra), ("base", a.baseline_config_extra)):
+        confs[side] = work / f"{side}.toml"
+        confs[side].write_text(bench.modelshim_conf(ports[side], ports["up"], ports["up"], ports["up"]) + extra(f))
+
+    procs = bench.Procs(work / "logs")
+    res: dict[str, list[int]] = {"new": [], "base": []}
+    try:
+        procs.start("nginx-upstream", ["nginx", "-p", str(work / "nginx-upstream"),
+                                       "-c", str(work / "nginx-upstream" / "nginx.conf")])
+        if not bench.wait_port(ports["up"], 10):
+            raise RuntimeError("the nginx upstream did not start")
+        for k in range(a.repeats):
+            for side, binary in (("new", a.binary), ("base", a.baseline))[:: 1 if k % 2 == 0 else -1]:
+                ir = measure(side, binary, confs[side], ports[side], a.lane, work, a, procs, k)
+                res[side].append(ir)
+                print(f"{side} #{k}: {ir / a.requests:,.0f} instructions/request", flush=True)
+    finally:
+        procs.stop_all()
+
+    new, base = (sorted(x / a.requests for x in res[s]) for s in ("new", "base"))
+    mid = lambda xs: xs[len(xs) // 2]  # noqa: E731
+    d = (mid(new) - mid(base)) / mid(base) * 100
+    print(f"\nlane {a.lane}, {a.requests} requests after {a.warmup} warm-up, {a.repeats} runs a side")
+    print(f"new  ({a.binary}{' + ' + a.config_extra if a.config_extra else ''}): "
+          + ", ".join(f"{x:,.0f}" for x in new))
+    print(f"base ({a.baseline}{' + ' + a.baseline_config_extra if a.baseline_config_extra else ''}): "
+          + ", ".join(f"{x:,.0f}" for x in base))
+    print(f"instructions/request: {mid(new):,.0f} vs {mid(base):,.0f} ({d:+.2f}%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
