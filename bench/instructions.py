@@ -32,13 +32,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (the fixtures, configs and process handling are bench.py's)
 
 
-def totals(out: Path) -> int:
-    """Instructions in a callgrind dump (its `totals:` or `summary:` line)."""
+def totals(out: Path) -> int | None:
+    """Instructions in a callgrind dump (its `totals:` or `summary:` line);
+    None while the dump is not complete."""
     for line in out.read_text().splitlines():
         m = re.match(r"(?:totals|summary):\s+(\d+)", line)
         if m:
             return int(m.group(1))
-    raise RuntimeError(f"no totals in {out}")
+    return None
 
 
 def send(port: int, path: str, body: bytes, n: int) -> None:
@@ -58,8 +59,6 @@ def control(pid: int, flag: str) -> None:
 
 def measure(side: str, binary: str, conf: Path, port: int, lane: str, work: Path, a, procs: bench.Procs, k: int) -> int:
     out = work / f"callgrind.{side}.{k}.out"
-    for old in work.glob(f"callgrind.{side}.{k}.out*"):
-        old.unlink()
     name = f"{side}-{k}"
     p = procs.start(name, ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
                            binary, "serve", "--config", str(conf)])
@@ -71,11 +70,15 @@ def measure(side: str, binary: str, conf: Path, port: int, lane: str, work: Path
         control(p.pid, "--zero")
         send(port, "/v1/chat/completions", body, a.requests)
         control(p.pid, "--dump")
-        time.sleep(0.5)
-        dumps = sorted(work.glob(f"callgrind.{side}.{k}.out.*"))
-        if not dumps:
-            raise RuntimeError(f"no dump from {side}")
-        return totals(dumps[-1])
+        # The process writes the dump itself, maybe after callgrind_control
+        # returns: read it once its closing totals line is there.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            for dump in sorted(work.glob(f"callgrind.{side}.{k}.out.*")):
+                if (ir := totals(dump)) is not None:
+                    return ir
+            time.sleep(0.1)
+        raise RuntimeError(f"no complete dump from {side} in 30 s")
     finally:
         procs.stop(name)
 
@@ -87,9 +90,9 @@ def main() -> int:
     ap.add_argument("--config-extra", default="", help="a TOML file appended to the new side's config")
     ap.add_argument("--baseline-config-extra", default="", help="a TOML file appended to the baseline's config")
     ap.add_argument("--lane", default="plain", choices=list(bench.LANES))
-    ap.add_argument("--requests", type=int, default=2000)
-    ap.add_argument("--warmup", type=int, default=200)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--requests", type=int, default=3000)
+    ap.add_argument("--warmup", type=int, default=300)
+    ap.add_argument("--repeats", type=int, default=3)
     a = ap.parse_args()
     a.baseline = a.baseline or a.binary
     os.environ.setdefault("MODELSHIM_ADMIN_KEY", "bench-admin-key-" + str(os.getpid()))
