@@ -33,21 +33,152 @@ pub const MAX_REGION: usize = 8 << 20;
 /// is then checked against the whole patterns with that first byte.
 const LEAD: usize = 8;
 
-/// A pattern's first eight bytes as a masked word, so a candidate position
-/// is checked against a pattern with one compare.
+/// A pattern's first [`WORDS`] × 8 bytes as masked words, so a candidate
+/// position is checked against a pattern with a few compares and no `memcmp`
+/// call: the markers of one format share their first eight bytes or more
+/// (`<|tool_call_begin|>`, `<|tool_call_end|>`).
 #[derive(Clone, Copy)]
 struct Prefix {
-    word: u64,
-    mask: u64,
+    words: [u64; WORDS],
+    masks: [u64; WORDS],
     len: usize,
     pattern: usize,
 }
 
+/// Words per [`Prefix`]: every marker shipped today fits in 32 bytes.
+const WORDS: usize = 4;
+
+impl Prefix {
+    fn new(b: &[u8], pattern: usize) -> Prefix {
+        let (mut words, mut masks) = ([0; WORDS], [0; WORDS]);
+        for k in 0..WORDS {
+            let part = b.get(8 * k..).unwrap_or_default();
+            words[k] = word(part);
+            masks[k] = mask(part.len());
+        }
+        Prefix { words, masks, len: b.len(), pattern }
+    }
+
+    /// Whether `rest` begins with the pattern (`pattern` is its text).
+    #[inline(always)]
+    fn matches(&self, first: u64, rest: &[u8], pattern: &[u8]) -> bool {
+        if first & self.masks[0] != self.words[0] || rest.len() < self.len {
+            return false;
+        }
+        let mut k = 1;
+        while 8 * k < self.len.min(8 * WORDS) {
+            if word(&rest[8 * k..]) & self.masks[k] != self.words[k] {
+                return false;
+            }
+            k += 1;
+        }
+        self.len <= 8 * WORDS || rest[8 * WORDS..self.len] == pattern[8 * WORDS..]
+    }
+}
+
+/// The mask of a word's first `n` bytes (all of it from 8 on).
+fn mask(n: usize) -> u64 {
+    if n >= 8 { u64::MAX } else { (1u64 << (8 * n)) - 1 }
+}
+
+/// The patterns that begin with one byte, as [`FormatSet::at`] reads them: a
+/// small decision tree on the byte at the offset that tells them apart best
+/// (`<|tool_call_begin|>` and `<|tool_call_end|>` first differ at byte 12),
+/// so a position is checked against the one or two patterns that can match.
+struct Lookup {
+    /// The offset read; unused in a leaf (no `children`).
+    at: usize,
+    /// Byte at `at` → index into `children`, plus one (0: none); empty in a
+    /// leaf (most of the 256 trees are one, and a table is 512 bytes).
+    slot: Box<[u16]>,
+    children: Vec<Lookup>,
+    /// Checked when no child matched: in a leaf all its patterns, else those
+    /// too short to have a byte at `at` (all shorter than the children's).
+    short: Vec<Prefix>,
+}
+
+impl Lookup {
+    /// Depth of the tree at most (bounds [`FormatSet::at`]'s walk).
+    const DEPTH: usize = 4;
+    /// Lists this short are checked one by one.
+    const LEAF: usize = 2;
+
+    /// `list` is longest first, and so is every list the tree keeps.
+    fn new(list: &[Prefix], patterns: &[(&'static str, Pattern)], depth: usize) -> Lookup {
+        let leaf = |list: &[Prefix]| Lookup { at: 0, slot: Box::default(), children: Vec::new(), short: list.to_vec() };
+        if list.len() <= Lookup::LEAF || depth + 1 >= Lookup::DEPTH {
+            return leaf(list);
+        }
+        let Some(at) = Lookup::best_offset(list, patterns) else { return leaf(list) };
+        let mut slot = vec![0u16; 256].into_boxed_slice();
+        let (mut groups, mut short): (Vec<Vec<Prefix>>, Vec<Prefix>) = (Vec::new(), Vec::new());
+        for p in list {
+            match patterns[p.pattern].0.as_bytes().get(at) {
+                Some(c) => {
+                    if slot[*c as usize] == 0 {
+                        groups.push(Vec::new());
+                        // At most 256 groups: one per byte value.
+                        slot[*c as usize] = groups.len() as u16;
+                    }
+                    groups[slot[*c as usize] as usize - 1].push(*p);
+                }
+                None => short.push(*p),
+            }
+        }
+        let children = groups.iter().map(|g| Lookup::new(g, patterns, depth + 1)).collect();
+        Lookup { at, slot, children, short }
+    }
+
+    /// The offset that leaves the fewest patterns to check at worst (the
+    /// largest group sharing its byte there, plus those too short to have
+    /// one), if that is fewer than all of them.
+    fn best_offset(list: &[Prefix], patterns: &[(&'static str, Pattern)]) -> Option<usize> {
+        let longest = list.iter().map(|p| p.len).max().unwrap_or(0);
+        let mut best = (None, list.len());
+        for at in 1..longest {
+            let mut count = [0usize; 256];
+            let mut short = 0;
+            for p in list {
+                match patterns[p.pattern].0.as_bytes().get(at) {
+                    Some(c) => count[*c as usize] += 1,
+                    None => short += 1,
+                }
+            }
+            let cost = count.iter().max().unwrap_or(&0) + short;
+            if cost < best.1 {
+                best = (Some(at), cost);
+            }
+        }
+        best.0
+    }
+
+    /// The longest pattern `rest` begins with (`rest` begins with this
+    /// tree's byte); `hit` checks one.
+    #[inline(always)]
+    fn find(&self, rest: &[u8], hit: impl Fn(&Prefix) -> bool) -> Option<&Prefix> {
+        let mut path: [&Lookup; Lookup::DEPTH] = [self; Lookup::DEPTH];
+        let mut n = 1;
+        let mut node = self;
+        while n < Lookup::DEPTH && !node.children.is_empty() {
+            let Some(c) = rest.get(node.at) else { break };
+            let child = node.slot.get(*c as usize).and_then(|s| node.children.get(usize::from(*s).checked_sub(1)?));
+            let Some(child) = child else { break };
+            node = child;
+            path[n] = node;
+            n += 1;
+        }
+        path[..n].iter().rev().find_map(|node| node.short.iter().find(|p| hit(p)))
+    }
+}
+
 /// Up to eight bytes of `b` as a little-endian word, zero-padded.
+#[inline]
 fn word(b: &[u8]) -> u64 {
+    if let Some(w) = b.first_chunk::<8>() {
+        return u64::from_le_bytes(*w);
+    }
     let mut w = [0u8; 8];
-    let n = b.len().min(8);
-    w[..n].copy_from_slice(&b[..n]);
+    w[..b.len()].copy_from_slice(b);
     u64::from_le_bytes(w)
 }
 
@@ -75,6 +206,8 @@ pub struct FormatSet {
     first_byte: [bool; 256],
     /// The patterns by first byte, longest first.
     by_first: Vec<Vec<Prefix>>,
+    /// Where [`FormatSet::at`] looks, by first byte.
+    lookup: Vec<Lookup>,
     start_byte: [bool; 256],
     /// Tokens that end an unclosed reasoning block ([`Format::ends_reasoning`]).
     reasoning_breaks: Vec<&'static str>,
@@ -149,19 +282,19 @@ impl FormatSet {
         for (pattern, (p, _)) in patterns.iter().enumerate() {
             let b = p.as_bytes();
             if let Some(first) = b.first() {
-                let mask = if b.len() >= 8 { u64::MAX } else { (1u64 << (8 * b.len())) - 1 };
-                by_first[*first as usize].push(Prefix { word: word(b), mask, len: b.len(), pattern });
+                by_first[*first as usize].push(Prefix::new(b, pattern));
             }
         }
         for list in &mut by_first {
             list.sort_by_key(|p| std::cmp::Reverse(p.len));
         }
+        let lookup = by_first.iter().map(|list| Lookup::new(list, &patterns, 0)).collect();
         let max_len = patterns.iter().map(|(p, _)| p.len()).max().unwrap_or(1);
         let mut leads: Vec<&[u8]> = patterns.iter().map(|(p, _)| &p.as_bytes()[..p.len().min(LEAD)]).collect();
         leads.sort_unstable();
         leads.dedup();
         let ac = AhoCorasick::builder().match_kind(MatchKind::LeftmostFirst).build(leads).ok();
-        FormatSet { formats, patterns, ac, max_len, first_byte, by_first, start_byte, reasoning_breaks }
+        FormatSet { formats, patterns, ac, max_len, first_byte, by_first, lookup, start_byte, reasoning_breaks }
     }
 
     pub fn names(&self) -> Vec<&'static str> {
@@ -206,11 +339,7 @@ impl FormatSet {
     fn at(&self, b: &[u8], i: usize) -> Option<&Prefix> {
         let rest = b.get(i..)?;
         let w = word(rest);
-        self.by_first[*rest.first()? as usize].iter().find(|p| {
-            w & p.mask == p.word
-                && rest.len() >= p.len
-                && (p.len <= 8 || rest[8..p.len] == self.patterns[p.pattern].0.as_bytes()[8..])
-        })
+        self.lookup[*rest.first()? as usize].find(rest, |p| p.matches(w, rest, self.patterns[p.pattern].0.as_bytes()))
     }
 
     /// Whether `tail` (shorter than the pattern) is how the pattern begins.
@@ -218,7 +347,7 @@ impl FormatSet {
     fn begins(&self, p: &Prefix, tail: &[u8]) -> bool {
         let n = tail.len().min(8);
         let mask = if n == 8 { u64::MAX } else { (1u64 << (8 * n)) - 1 };
-        word(tail) & mask == p.word & mask
+        word(tail) & mask == p.words[0] & mask
             && (tail.len() <= 8 || self.patterns[p.pattern].0.as_bytes()[8..].starts_with(&tail[8..]))
     }
 
@@ -594,8 +723,10 @@ impl Extractor {
                 if !self.at_start && !self.trim_next {
                     let sep = separator(&self.ws);
                     self.sep_after = sep.is_empty();
-                    self.ws.clear();
-                    self.ws.push_str(sep);
+                    if self.ws != sep {
+                        self.ws.clear();
+                        self.ws.push_str(sep);
+                    }
                 }
                 if self.at_start {
                     self.ws.clear();
@@ -713,7 +844,7 @@ fn push_text(
 fn separator(ws: &str) -> &'static str {
     if ws.is_empty() {
         ""
-    } else if ws.contains('\n') {
+    } else if ws.bytes().any(|b| b == b'\n') {
         "\n"
     } else {
         " "
@@ -934,6 +1065,34 @@ mod tests {
                     .map(|(k, (p, _))| (i, p.len(), k))
             });
             proptest::prop_assert_eq!(set.find(&text), want);
+        }
+    }
+
+    #[test]
+    fn a_position_is_checked_against_a_few_patterns() {
+        // The most patterns `at` can try at one position: the shorts on one
+        // path from the root to a leaf.
+        fn worst(l: &Lookup) -> usize {
+            l.short.len() + l.children.iter().map(worst).max().unwrap_or(0)
+        }
+        let set = FormatSet::all();
+        let lt = set.by_first[b'<' as usize].len();
+        assert!(lt > 40, "{lt} patterns begin with `<`");
+        for (byte, l) in set.lookup.iter().enumerate() {
+            assert!(worst(l) <= 4, "{:?}: up to {} of {}", byte as u8 as char, worst(l), set.by_first[byte].len());
+        }
+    }
+
+    #[test]
+    fn every_pattern_is_found_where_it_is_written() {
+        for set in [FormatSet::all(), FormatSet::named(&["kimi_k2"]).unwrap_or_else(|e| panic!("{e}"))] {
+            for (k, (p, _)) in set.patterns.iter().enumerate() {
+                for text in [format!("so {p} then"), format!("{}{p}", "x".repeat(200)), p.to_string()] {
+                    let at = text.find(p).unwrap_or_default();
+                    let found = set.find(&text).map(|(i, len, j)| (i, &text[i..i + len], set.patterns[j].0));
+                    assert_eq!(found, Some((at, *p, *p)), "pattern {k} {p:?} in {text:?}");
+                }
+            }
         }
     }
 

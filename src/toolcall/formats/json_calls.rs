@@ -350,9 +350,9 @@ pub struct Frame {
 /// with `complete == false`: it must then hold whole JSON arguments
 /// ([`whole_json`]), so no call is fabricated from a truncated one.
 pub fn framed(region: &str, ctx: &Ctx<'_>, f: &Frame, body: impl Fn(&str, bool) -> Option<RawCall>) -> Step {
-    let i = call_start(region, f);
+    let (i, at_call) = call_start(region, f);
     let rest = &region[i..];
-    if !rest.starts_with(f.call_begin) {
+    if !at_call {
         return if !ctx.eof && f.call_begin.starts_with(rest) {
             Step::Need(Wait::Len(i + f.call_begin.len()))
         } else if !ctx.eof && i > 0 && region.len() < i + MAX_GAP {
@@ -399,18 +399,24 @@ const MAX_GAP: usize = 256;
 
 /// Where the region's first call token is (after the section token, if any;
 /// a short text between the two is part of the markup, not content).
-fn call_start(region: &str, f: &Frame) -> usize {
+/// Also says whether the call token is there (each region is one call, so
+/// its token is compared once).
+#[inline]
+fn call_start(region: &str, f: &Frame) -> (usize, bool) {
     if !region.starts_with(f.section_begin) {
-        return 0;
+        return (0, region.starts_with(f.call_begin));
     }
     let at = skip_ws(region, f.section_begin.len());
+    if region[at..].starts_with(f.call_begin) {
+        return (at, true);
+    }
     let mut window = (at + MAX_GAP + f.call_begin.len()).min(region.len());
     while !region.is_char_boundary(window) {
         window -= 1;
     }
     match find(&region[..window], f.call_begin, at) {
-        Some(c) if find(&region[..c], f.section_end, at).is_none() => c,
-        _ => at,
+        Some(c) if find(&region[..c], f.section_end, at).is_none() => (c, true),
+        _ => (at, false),
     }
 }
 
@@ -418,8 +424,8 @@ fn call_start(region: &str, f: &Frame) -> usize {
 /// formats that share tokens look at the body's first bytes to reject a
 /// region before its call is complete.
 pub fn body_start(region: &str, f: &Frame) -> Option<usize> {
-    let i = call_start(region, f);
-    region[i..].starts_with(f.call_begin).then_some(i + f.call_begin.len())
+    let (i, at_call) = call_start(region, f);
+    at_call.then_some(i + f.call_begin.len())
 }
 
 /// The JSON value that opens `s` (after whitespace), if it is complete and
