@@ -373,7 +373,10 @@ async fn run_checks(runner: Runner, file: &str, checks: &[&str]) {
         // (renamed into place, so concurrent tests never read half a file).
         Runner::Node(major) => {
             let dir = sdk_dir().join(format!("node-clients-{major}"));
-            let tmp = dir.join(format!(".{file}.{}", std::process::id()));
+            // Tests in this process copy the same script at once: each its own temp file.
+            static COPY: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = COPY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tmp = dir.join(format!(".{file}.{}.{n}", std::process::id()));
             std::fs::copy(script(file), &tmp).unwrap();
             std::fs::rename(&tmp, dir.join(file)).unwrap();
             dir.join(file)
