@@ -345,8 +345,7 @@ impl FormatSet {
     /// Whether `tail` (shorter than the pattern) is how the pattern begins.
     #[inline]
     fn begins(&self, p: &Prefix, tail: &[u8]) -> bool {
-        let n = tail.len().min(8);
-        let mask = if n == 8 { u64::MAX } else { (1u64 << (8 * n)) - 1 };
+        let mask = mask(tail.len());
         word(tail) & mask == p.words[0] & mask
             && (tail.len() <= 8 || self.patterns[p.pattern].0.as_bytes()[8..].starts_with(&tail[8..]))
     }
