@@ -58,17 +58,19 @@ fn finish_call(raw: RawCall, format: &'static str, tools: &ToolIndex) -> Result<
 }
 
 fn arguments<'a>(args: Args, schema: impl FnOnce() -> Option<&'a Value>) -> Option<String> {
-    let arguments = match args {
-        Args::Json(text) => owned_json_arguments(text)?,
-        Args::Checked(text) => checked_arguments(text)?,
-        Args::Value(Value::Null) | Args::Empty => "{}".to_string(),
-        Args::Value(v @ Value::Object(_)) => v.to_string(),
+    // `bounded`: read by `json_value_end`, which takes no more than 64 levels.
+    let (arguments, bounded) = match args {
+        Args::Json(text) if is_plain_object(&text) => (text, true),
+        Args::Json(text) => (json_arguments(&text)?, false),
+        Args::Checked(text) => (checked_arguments(text)?, false),
+        Args::Value(Value::Null) | Args::Empty => ("{}".to_string(), true),
+        Args::Value(v @ Value::Object(_)) => (v.to_string(), false),
         Args::Value(_) => return None,
-        Args::Text(text) => text_arguments(&text, schema())?,
+        Args::Text(text) => (text_arguments(&text, schema())?, false),
     };
     // Valid but deeper than any JSON reader downstream takes (serde_json
     // stops at 128): no call, the region stays text.
-    if scan::bracket_depth(&arguments) > MAX_DEPTH + 1 {
+    if !bounded && scan::deeper_than(&arguments, MAX_DEPTH + 1) {
         return None;
     }
     Some(arguments)
@@ -109,11 +111,6 @@ fn is_plain_object(t: &str) -> bool {
     t.starts_with('{') && scan::json_value_end(t.as_bytes(), 0) == Some(t.len())
 }
 
-/// [`json_arguments`] that keeps the model's string when it is the answer.
-fn owned_json_arguments(text: String) -> Option<String> {
-    if is_plain_object(&text) { Some(text) } else { json_arguments(&text) }
-}
-
 /// [`json_arguments`] for text known to be valid JSON: an object is kept
 /// (moved, not copied) without parsing it again.
 fn checked_arguments(text: String) -> Option<String> {
@@ -143,7 +140,7 @@ pub const MAX_DEPTH: usize = 100;
 /// Near-JSON repaired into a value, unless it nests deeper than
 /// [`MAX_DEPTH`]. Every repair goes through here.
 pub fn loads(text: &str) -> Option<Value> {
-    if scan::bracket_depth(text) > MAX_DEPTH || has_prose(text) {
+    if scan::deeper_than(text, MAX_DEPTH) || has_prose(text) {
         return None;
     }
     python_json(text).or_else(|| llm_json::loads(text, &llm_json::RepairOptions::default()).ok())
@@ -283,6 +280,21 @@ fn text_arguments(text: &str, schema: Option<&Value>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arguments_nested_past_the_limit_are_no_call_whichever_check_reads_them() {
+        let nested = |n: usize| format!("{}1{}", r#"{"a": "#.repeat(n), "}".repeat(n));
+        // 64 levels: read by the quick check; 65 and 101: by serde_json and
+        // the bracket bound; 102: past it.
+        for n in [1, 64, 65, MAX_DEPTH + 1] {
+            let text = nested(n);
+            assert_eq!(arguments(Args::Json(text.clone()), || None), Some(text.clone()), "{n} levels");
+            assert_eq!(arguments(Args::Checked(text.clone()), || None), Some(text), "{n} levels");
+        }
+        let text = nested(MAX_DEPTH + 2);
+        assert_eq!(arguments(Args::Json(text.clone()), || None), None);
+        assert_eq!(arguments(Args::Checked(text), || None), None);
+    }
 
     #[test]
     fn valid_json_passes_through_byte_for_byte() {

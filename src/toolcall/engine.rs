@@ -92,9 +92,10 @@ struct Lookup {
     /// leaf (most of the 256 trees are one, and a table is 512 bytes).
     slot: Box<[u16]>,
     children: Vec<Lookup>,
-    /// Checked when no child matched: in a leaf all its patterns, else those
-    /// too short to have a byte at `at` (all shorter than the children's).
-    short: Vec<Prefix>,
+    /// Checked when the walk stops here, longest first: in a leaf all its
+    /// patterns, else those too short to have a byte at `at`; then the
+    /// ancestors' (shorter still), so one list is read and no path is kept.
+    checks: Vec<Prefix>,
 }
 
 impl Lookup {
@@ -103,15 +104,21 @@ impl Lookup {
     /// Lists this short are checked one by one.
     const LEAF: usize = 2;
 
-    /// `list` is longest first, and so is every list the tree keeps.
-    fn new(list: &[Prefix], patterns: &[(&'static str, Pattern)], depth: usize) -> Lookup {
-        let leaf = |list: &[Prefix]| Lookup { at: 0, slot: Box::default(), children: Vec::new(), short: list.to_vec() };
+    /// `list` is longest first, and so is every list the tree keeps;
+    /// `above` is what the ancestors check.
+    fn new(list: &[Prefix], patterns: &[(&'static str, Pattern)], depth: usize, above: &[Prefix]) -> Lookup {
+        let leaf = |list: &[Prefix]| Lookup {
+            at: 0,
+            slot: Box::default(),
+            children: Vec::new(),
+            checks: list.iter().chain(above).copied().collect(),
+        };
         if list.len() <= Lookup::LEAF || depth + 1 >= Lookup::DEPTH {
             return leaf(list);
         }
         let Some(at) = Lookup::best_offset(list, patterns) else { return leaf(list) };
         let mut slot = vec![0u16; 256].into_boxed_slice();
-        let (mut groups, mut short): (Vec<Vec<Prefix>>, Vec<Prefix>) = (Vec::new(), Vec::new());
+        let (mut groups, mut checks): (Vec<Vec<Prefix>>, Vec<Prefix>) = (Vec::new(), Vec::new());
         for p in list {
             match patterns[p.pattern].0.as_bytes().get(at) {
                 Some(c) => {
@@ -122,11 +129,12 @@ impl Lookup {
                     }
                     groups[slot[*c as usize] as usize - 1].push(*p);
                 }
-                None => short.push(*p),
+                None => checks.push(*p),
             }
         }
-        let children = groups.iter().map(|g| Lookup::new(g, patterns, depth + 1)).collect();
-        Lookup { at, slot, children, short }
+        checks.extend_from_slice(above);
+        let children = groups.iter().map(|g| Lookup::new(g, patterns, depth + 1, &checks)).collect();
+        Lookup { at, slot, children, checks }
     }
 
     /// The offset that leaves the fewest patterns to check at worst (the
@@ -156,18 +164,15 @@ impl Lookup {
     /// tree's byte); `hit` checks one.
     #[inline(always)]
     fn find(&self, rest: &[u8], hit: impl Fn(&Prefix) -> bool) -> Option<&Prefix> {
-        let mut path: [&Lookup; Lookup::DEPTH] = [self; Lookup::DEPTH];
-        let mut n = 1;
         let mut node = self;
-        while n < Lookup::DEPTH && !node.children.is_empty() {
+        // The tree is at most DEPTH deep, so this walk is too.
+        while !node.children.is_empty() {
             let Some(c) = rest.get(node.at) else { break };
             let child = node.slot.get(*c as usize).and_then(|s| node.children.get(usize::from(*s).checked_sub(1)?));
             let Some(child) = child else { break };
             node = child;
-            path[n] = node;
-            n += 1;
         }
-        path[..n].iter().rev().find_map(|node| node.short.iter().find(|p| hit(p)))
+        node.checks.iter().find(|p| hit(p))
     }
 }
 
@@ -288,7 +293,7 @@ impl FormatSet {
         for list in &mut by_first {
             list.sort_by_key(|p| std::cmp::Reverse(p.len));
         }
-        let lookup = by_first.iter().map(|list| Lookup::new(list, &patterns, 0)).collect();
+        let lookup = by_first.iter().map(|list| Lookup::new(list, &patterns, 0, &[])).collect();
         let max_len = patterns.iter().map(|(p, _)| p.len()).max().unwrap_or(1);
         let mut leads: Vec<&[u8]> = patterns.iter().map(|(p, _)| &p.as_bytes()[..p.len().min(LEAD)]).collect();
         leads.sort_unstable();
@@ -1069,10 +1074,10 @@ mod tests {
 
     #[test]
     fn a_position_is_checked_against_a_few_patterns() {
-        // The most patterns `at` can try at one position: the shorts on one
-        // path from the root to a leaf.
+        // The most patterns `at` can try at one position: the longest list
+        // of any node a walk can stop at.
         fn worst(l: &Lookup) -> usize {
-            l.short.len() + l.children.iter().map(worst).max().unwrap_or(0)
+            l.children.iter().map(worst).fold(l.checks.len(), usize::max)
         }
         let set = FormatSet::all();
         let lt = set.by_first[b'<' as usize].len();

@@ -131,22 +131,28 @@ pub fn python_end(s: &str, start: usize) -> Option<usize> {
     None
 }
 
-/// The deepest `[`/`{` nesting of `s`, counting brackets inside strings
-/// too: an upper bound of what any JSON reader (repairing or not) would
-/// recurse into, found without one.
-pub fn bracket_depth(s: &str) -> usize {
-    let (mut depth, mut max) = (0usize, 0usize);
+/// Whether `s` nests `[`/`{` deeper than `max`, counting brackets inside
+/// strings too: an upper bound of what any JSON reader (repairing or not)
+/// would recurse into, found without one. Text of `max` bytes or fewer
+/// cannot, so short arguments are not scanned.
+pub fn deeper_than(s: &str, max: usize) -> bool {
+    if s.len() <= max {
+        return false;
+    }
+    let mut depth = 0usize;
     for b in s.bytes() {
         match b {
             b'[' | b'{' => {
                 depth += 1;
-                max = max.max(depth);
+                if depth > max {
+                    return true;
+                }
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
     }
-    max
+    false
 }
 
 /// Removes exactly one leading and one trailing newline (`\n` or `\r\n`), the
@@ -408,6 +414,19 @@ pub fn call_object_raw(text: &str) -> Option<(String, Option<String>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn deeper_than_counts_every_bracket_and_skips_short_text() {
+        let deep = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
+        assert!(!deeper_than(&deep(5), 5));
+        assert!(deeper_than(&deep(6), 5));
+        // Brackets in strings count: the bound holds for any reader.
+        assert!(deeper_than(r#"{"a": "[[[[[["}"#, 5));
+        // Siblings do not add up: depth, not count.
+        assert!(!deeper_than(&"[1],".repeat(50), 1));
+        assert!(!deeper_than("[[[[[[", 6));
+        assert!(deeper_than("[[[[[[[", 6));
+    }
 
     #[test]
     fn json_end_skips_strings() {

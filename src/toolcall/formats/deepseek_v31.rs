@@ -10,7 +10,7 @@
 
 use super::deepseek_v3::{MARKERS, STRAYS, tokens};
 use super::json_calls::{framed, whole_json};
-use crate::toolcall::scan::split_once;
+use crate::toolcall::scan::{split_once, trim};
 use crate::toolcall::{Args, Ctx, Format, RawCall, Step};
 
 pub struct DeepseekV31;
@@ -38,8 +38,8 @@ impl Format for DeepseekV31 {
 
 fn call(body: &str, sep: &str, complete: bool) -> Option<RawCall> {
     let (name, args) = split_once(body, sep)?;
-    let name = name.trim();
-    let args = args.trim();
+    let name = trim(name);
+    let args = trim(args);
     if name.is_empty() || name.contains('\n') || !(args.is_empty() || args.starts_with('{')) {
         return None;
     }

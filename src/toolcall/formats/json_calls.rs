@@ -401,7 +401,7 @@ const MAX_GAP: usize = 256;
 /// a short text between the two is part of the markup, not content).
 /// Also says whether the call token is there (each region is one call, so
 /// its token is compared once).
-#[inline]
+#[inline(always)]
 fn call_start(region: &str, f: &Frame) -> (usize, bool) {
     if !region.starts_with(f.section_begin) {
         return (0, region.starts_with(f.call_begin));

@@ -11,7 +11,7 @@
 //! or the one declared tool whose parameters hold every argument key.
 
 use super::json_calls::{Frame, framed, whole_json};
-use crate::toolcall::scan::split_once;
+use crate::toolcall::scan::{split_once, trim};
 use crate::toolcall::{Args, Ctx, Format, RawCall, Step, ToolIndex};
 
 pub struct KimiK2;
@@ -49,8 +49,8 @@ impl Format for KimiK2 {
 
 fn call(body: &str, complete: bool, tools: &ToolIndex) -> Option<RawCall> {
     let (id, args) = split_once(body, ARGS)?;
-    let id = id.trim();
-    let args = args.trim();
+    let id = trim(id);
+    let args = trim(args);
     let args = if complete { args } else { whole_json(args)? };
     if is_counter(id) {
         let name = infer_name(tools, args)?;
