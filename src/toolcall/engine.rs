@@ -427,12 +427,19 @@ pub struct Options {
 
 /// The incremental extractor for one model output.
 pub struct Extractor {
-    set: Arc<FormatSet>,
-    tools: Arc<ToolIndex>,
     /// Held text; `buf[head..]` is still undecided. Consuming text only moves
     /// `head`, and the consumed prefix is dropped once per `feed`, so a chunk
-    /// that holds many calls is not shifted once per call.
+    /// that holds many calls is not shifted once per call. With nothing held,
+    /// a piece is read in place and only its undecided tail lands here.
     buf: String,
+    /// Everything else: a separate struct so the steps borrow it mutably
+    /// while reading `buf`.
+    run: Run,
+}
+
+struct Run {
+    set: Arc<FormatSet>,
+    tools: Arc<ToolIndex>,
     head: usize,
     state: State,
     at_start: bool,
@@ -471,10 +478,9 @@ impl Extractor {
 
     pub fn with_options(set: Arc<FormatSet>, tools: Arc<ToolIndex>, opts: Options) -> Self {
         let state = if opts.starts_in_reasoning { State::Reasoning { close: "</think>" } } else { State::Text };
-        Extractor {
+        let run = Run {
             set,
             tools,
-            buf: String::new(),
             head: 0,
             state,
             at_start: true,
@@ -486,18 +492,32 @@ impl Extractor {
             spare: Vec::new(),
             calls: Vec::new(),
             broken: None,
-        }
+        };
+        Extractor { buf: String::new(), run }
     }
 
     /// Feeds the next piece of model text; complete events are appended.
     pub fn feed(&mut self, chunk: &str, out: &mut Vec<Event>) {
-        if self.finished || chunk.is_empty() {
+        if self.run.finished || chunk.is_empty() {
             return;
         }
-        self.buf.drain(..self.head);
-        self.head = 0;
+        if self.run.head == self.buf.len() {
+            // Nothing held: the piece is read where it is and only what
+            // stays undecided is copied (a whole response is not copied).
+            self.buf.clear();
+            self.run.head = 0;
+            self.run.pump(chunk, false, out);
+            self.buf.push_str(&chunk[self.run.head..]);
+            self.run.head = 0;
+            return;
+        }
+        // Held text waiting for more (a call's arguments) is not moved.
+        if self.run.head > 0 {
+            self.buf.drain(..self.run.head);
+            self.run.head = 0;
+        }
         self.buf.push_str(chunk);
-        self.pump(false, out);
+        self.run.pump(&self.buf, false, out);
     }
 
     /// The fast path for plain text: when [`feed`](Self::feed) would emit
@@ -510,52 +530,56 @@ impl Extractor {
     pub fn pass(&mut self, text: &str, reshape: bool) -> Option<Passed> {
         let b = text.as_bytes();
         let first = *b.first()?;
-        let clean = !self.finished
-            && matches!(self.state, State::Text)
-            && self.head == self.buf.len()
-            && !self.trim_next
-            && !(self.at_start && (first.is_ascii_whitespace() || self.set.start_byte[first as usize]));
+        let clean = !self.run.finished
+            && matches!(self.run.state, State::Text)
+            && self.run.head == self.buf.len()
+            && !self.run.trim_next
+            && !(self.run.at_start && (first.is_ascii_whitespace() || self.run.set.start_byte[first as usize]));
         if !clean {
             return None;
         }
         let keep = scan::trim_end(text).len();
-        if keep == 0 || (!reshape && (keep < text.len() || !self.ws.is_empty())) {
+        if keep == 0 || (!reshape && (keep < text.len() || !self.run.ws.is_empty())) {
             return None;
         }
         // The common case, no byte that opens any pattern, is one table scan.
-        let quiet = !b.iter().any(|x| self.set.first_byte[*x as usize])
-            || (self.set.find(text).is_none() && self.set.partial_suffix(text) == 0);
+        let quiet = !b.iter().any(|x| self.run.set.first_byte[*x as usize])
+            || (self.run.set.find(text).is_none() && self.run.set.partial_suffix(text) == 0);
         if !quiet {
             return None;
         }
-        self.at_start = false;
-        let lead = std::mem::take(&mut self.ws);
-        self.ws.push_str(&text[keep..]);
+        self.run.at_start = false;
+        let lead = std::mem::take(&mut self.run.ws);
+        self.run.ws.push_str(&text[keep..]);
         Some(Passed { lead, keep })
     }
 
     /// Ends the output: every held byte is decided and emitted.
     pub fn finish(&mut self, out: &mut Vec<Event>) {
-        if self.finished {
+        if self.run.finished {
             return;
         }
-        self.pump(true, out);
-        if !self.trim_next {
-            let ws = std::mem::take(&mut self.ws);
+        self.run.pump(&self.buf, true, out);
+        if !self.run.trim_next {
+            let ws = std::mem::take(&mut self.run.ws);
             emit(out, Event::Text(ws));
         }
-        self.finished = true;
+        self.run.finished = true;
     }
+}
 
-    fn pump(&mut self, eof: bool, out: &mut Vec<Event>) {
+impl Run {
+    /// Decides what it can of `text[head..]`; `text` is the held buffer, or
+    /// the fed piece itself when nothing was held.
+    fn pump(&mut self, text: &str, eof: bool, out: &mut Vec<Event>) {
         loop {
             let progressed = match &mut self.state {
-                State::Text => self.step_text(eof, out),
+                State::Text => self.step_text(text, eof, out),
                 State::Reasoning { close } => {
                     let close = *close;
-                    self.step_reasoning(close, eof, out)
+                    self.step_reasoning(text, close, eof, out)
                 }
-                State::Region { .. } => self.step_region(eof, out),
+                State::Region { .. } => self.step_region(text, eof, out),
             };
             if !progressed {
                 return;
@@ -563,28 +587,28 @@ impl Extractor {
         }
     }
 
-    fn step_text(&mut self, eof: bool, out: &mut Vec<Event>) -> bool {
-        if self.rest().is_empty() {
+    fn step_text(&mut self, text: &str, eof: bool, out: &mut Vec<Event>) -> bool {
+        if undecided(text, self.head).is_empty() {
             return false;
         }
         if self.at_start {
-            let first = self.rest().bytes().position(|b| !b.is_ascii_whitespace());
+            let first = undecided(text, self.head).bytes().position(|b| !b.is_ascii_whitespace());
             match first {
                 None => {
-                    self.emit_text_to(self.rest().len(), out);
+                    self.emit_text_to(text, undecided(text, self.head).len(), out);
                     return false;
                 }
                 // A marker or reasoning opener at the start (`[TOOL_CALLS]`,
                 // `[THINK]`) wins over a start byte; wait while it may be one.
-                Some(i) if self.set.start_byte[self.rest().as_bytes()[i] as usize] => {
-                    let rest = &self.rest().as_bytes()[i..];
+                Some(i) if self.set.start_byte[undecided(text, self.head).as_bytes()[i] as usize] => {
+                    let rest = &undecided(text, self.head).as_bytes()[i..];
                     let marker = self.set.patterns.iter().any(|(p, _)| rest.starts_with(p.as_bytes()));
                     if !marker && !eof && self.set.patterns.iter().any(|(p, _)| p.as_bytes().starts_with(rest)) {
                         return false;
                     }
                     if !marker {
-                        self.emit_text_to(i, out);
-                        let byte = self.rest().as_bytes()[0];
+                        self.emit_text_to(text, i, out);
+                        let byte = undecided(text, self.head).as_bytes()[0];
                         let mut cands = std::mem::take(&mut self.spare);
                         cands.extend(
                             (0..self.set.formats.len())
@@ -598,12 +622,12 @@ impl Extractor {
                 Some(_) => {}
             }
         }
-        if let Some((start, len, pattern)) = self.set.find(self.rest()) {
-            if !eof && self.set.could_grow(self.rest(), start, len) {
-                self.emit_text_to(start, out);
+        if let Some((start, len, pattern)) = self.set.find(undecided(text, self.head)) {
+            if !eof && self.set.could_grow(undecided(text, self.head), start, len) {
+                self.emit_text_to(text, start, out);
                 return false;
             }
-            self.emit_text_to(start, out);
+            self.emit_text_to(text, start, out);
             match &self.set.patterns[pattern].1 {
                 Pattern::Reasoning { close } => {
                     self.head += len;
@@ -615,22 +639,22 @@ impl Extractor {
                     self.state = State::Region { cands, marker_len: len };
                 }
                 Pattern::Stray if !self.rejected => self.head += len,
-                Pattern::Stray => self.emit_text_to(len, out),
+                Pattern::Stray => self.emit_text_to(text, len, out),
             }
             return true;
         }
-        let hold = if eof { 0 } else { self.set.partial_suffix(self.rest()) };
-        self.emit_text_to(self.rest().len() - hold, out);
+        let hold = if eof { 0 } else { self.set.partial_suffix(undecided(text, self.head)) };
+        self.emit_text_to(text, undecided(text, self.head).len() - hold, out);
         false
     }
 
-    fn step_reasoning(&mut self, close: &'static str, eof: bool, out: &mut Vec<Event>) -> bool {
-        let rest = self.rest().as_bytes();
+    fn step_reasoning(&mut self, text: &str, close: &'static str, eof: bool, out: &mut Vec<Event>) -> bool {
+        let rest = undecided(text, self.head).as_bytes();
         let from = self.broken.map_or(0, |b| b.scanned.min(rest.len()));
         if let Some(pos) = memmem::find(&rest[from..], close.as_bytes()).map(|p| p + from) {
             // Closed after all: a breaking token before it was reasoning text.
             self.broken = None;
-            self.emit_reasoning_to(pos, out);
+            self.emit_reasoning_to(text, pos, out);
             self.head += close.len();
             self.state = State::Text;
             self.ws.clear();
@@ -641,13 +665,13 @@ impl Extractor {
         if self.broken.is_none()
             && let Some(b) = self.set.reasoning_breaks.iter().filter_map(|t| memmem::find(rest, t.as_bytes())).min()
         {
-            self.emit_reasoning_to(b, out);
+            self.emit_reasoning_to(text, b, out);
             self.broken = Some(Broken { scanned: 0 });
         }
         if self.broken.is_some() {
             // Held from the token on: calls if the reasoning never closes,
             // reasoning if `close` still comes (or the hold grows too big).
-            let len = self.rest().len();
+            let len = undecided(text, self.head).len();
             if eof {
                 self.broken = None;
                 self.state = State::Text;
@@ -658,7 +682,7 @@ impl Extractor {
             }
             if len > MAX_REGION {
                 self.broken = None;
-                self.emit_reasoning_to(len, out);
+                self.emit_reasoning_to(text, len, out);
             } else {
                 self.broken = Some(Broken { scanned: len.saturating_sub(close.len() - 1) });
             }
@@ -667,19 +691,19 @@ impl Extractor {
         let hold = if eof {
             0
         } else {
-            let breaks = self.set.reasoning_breaks.iter().map(|b| suffix_prefix_len(self.rest(), b));
-            breaks.fold(suffix_prefix_len(self.rest(), close), usize::max)
+            let breaks = self.set.reasoning_breaks.iter().map(|b| suffix_prefix_len(undecided(text, self.head), b));
+            breaks.fold(suffix_prefix_len(undecided(text, self.head), close), usize::max)
         };
-        self.emit_reasoning_to(self.rest().len() - hold, out);
+        self.emit_reasoning_to(text, undecided(text, self.head).len() - hold, out);
         false
     }
 
-    fn step_region(&mut self, eof: bool, out: &mut Vec<Event>) -> bool {
+    fn step_region(&mut self, text: &str, eof: bool, out: &mut Vec<Event>) -> bool {
         let State::Region { cands, marker_len } = &mut self.state else {
             return false;
         };
         let marker_len = *marker_len;
-        let buf = &self.buf[self.head..];
+        let buf = &text[self.head..];
         let ctx = Ctx { tools: &self.tools, eof, at_start: self.at_start };
         let mut done: Option<args::Finished> = None;
         let mut i = 0;
@@ -746,7 +770,7 @@ impl Extractor {
             // A start byte that opened no call is no block to keep verbatim.
             self.rejected |= marker_len > 1;
             self.leave_region();
-            self.emit_text_to(cut, out);
+            self.emit_text_to(text, cut, out);
             return true;
         }
         false
@@ -762,7 +786,7 @@ impl Extractor {
     }
 
     /// Emits the next `end` undecided bytes (a char boundary) as text.
-    fn emit_text_to(&mut self, end: usize, out: &mut Vec<Event>) {
+    fn emit_text_to(&mut self, text: &str, end: usize, out: &mut Vec<Event>) {
         if end == 0 {
             return;
         }
@@ -773,29 +797,30 @@ impl Extractor {
             &mut self.trim_next,
             &mut self.sep_after,
             &mut self.at_start,
-            &self.buf[start..self.head],
+            &text[start..self.head],
             out,
         );
     }
 
     /// Emits the next `end` undecided bytes as reasoning.
-    fn emit_reasoning_to(&mut self, end: usize, out: &mut Vec<Event>) {
+    fn emit_reasoning_to(&mut self, text: &str, end: usize, out: &mut Vec<Event>) {
         if end == 0 {
             return;
         }
         let start = self.head;
         self.head += end;
-        let r = &self.buf[start..self.head];
+        let r = &text[start..self.head];
         match out.last_mut() {
             Some(Event::Reasoning(prev)) => prev.push_str(r),
             _ => out.push(Event::Reasoning(r.to_string())),
         }
     }
+}
 
-    /// The undecided text.
-    fn rest(&self) -> &str {
-        &self.buf[self.head..]
-    }
+/// The undecided text.
+#[inline]
+fn undecided(text: &str, head: usize) -> &str {
+    &text[head..]
 }
 
 /// Emits visible text, holding trailing whitespace back (see `Extractor::ws`).
@@ -1100,6 +1125,32 @@ mod tests {
         }
     }
 
+    /// A piece fed with nothing held is read in place: whatever it leaves
+    /// undecided (a marker's first bytes, an open call, open reasoning) must
+    /// carry over to the next piece exactly as when it was copied first.
+    #[test]
+    fn every_two_piece_split_gives_the_whole_answer() {
+        let text = "<think>plan <x></think>Let me check. <|tool_calls_section_begin|><|tool_call_begin|>functions.get:0\
+            <|tool_call_argument_begin|>{\"a\": \"東京\"}<|tool_call_end|><|tool_calls_section_end|> then <tool_call>\
+            {\"name\": \"f\", \"arguments\": {}}</tool_call> done <|tool";
+        let set = Arc::new(FormatSet::all());
+        let tools = Arc::new(ToolIndex::open());
+        let run = |pieces: &[&str]| {
+            let mut ex = Extractor::new(set.clone(), tools.clone());
+            let mut out = Vec::new();
+            for p in pieces {
+                ex.feed(p, &mut out);
+            }
+            ex.finish(&mut out);
+            Extraction::from_events(out)
+        };
+        let whole = run(&[text]);
+        assert_eq!(whole.calls.len(), 2, "{whole:?}");
+        for cut in (1..text.len()).filter(|i| text.is_char_boundary(*i)) {
+            assert_eq!(run(&[&text[..cut], &text[cut..]]), whole, "cut at {cut}");
+        }
+    }
+
     fn content(text: &str, pieces: usize) -> Extraction {
         let set = Arc::new(FormatSet::all());
         let tools = Arc::new(ToolIndex::open());
@@ -1123,7 +1174,8 @@ mod tests {
         for _ in 0..9 {
             ex.feed(&piece, &mut out);
         }
-        assert!(ex.rest().len() < MAX_REGION, "held {}", ex.rest().len());
+        let held = ex.buf.len() - ex.run.head;
+        assert!(held < MAX_REGION, "held {held}");
         ex.finish(&mut out);
         let got = Extraction::from_events(out);
         assert!(got.calls.is_empty() && got.reasoning.len() > 9 << 20);
