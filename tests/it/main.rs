@@ -1,0 +1,32 @@
+//! Every integration test in one binary, so the suite links the crate once.
+//! Each module is what was one `tests/*.rs` file; `common` and `support`
+//! are their shared harness.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
+
+mod common;
+mod support;
+
+mod agent;
+mod claude_code;
+mod clients;
+mod codex;
+mod console;
+mod fixtures;
+mod fuzz_request;
+mod messages;
+mod nesting;
+mod production;
+mod providers;
+mod proxy;
+mod reasoning;
+mod reasoning_calls;
+mod redis_shared;
+mod replay;
+mod responses;
+mod sdk;
+mod skills;
+mod spend;
+mod stream_split;
+mod tidy;
+mod toolcall_conformance;
+mod tools;

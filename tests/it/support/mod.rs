@@ -1,0 +1,4 @@
+//! Installs and servers the tests share.
+
+pub mod mcp_everything;
+pub mod pyenv;
