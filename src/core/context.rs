@@ -21,6 +21,8 @@ pub struct RequestCtx {
     /// Every upstream answer's usage and price (what the request cost): read
     /// by the edge when the response ends, and by whatever shows requests live.
     pub spend: crate::spend::Tally,
+    /// An upstream answered already (the agent loop calls it again).
+    answered: std::sync::atomic::AtomicBool,
 }
 
 /// Who served a request.
@@ -43,7 +45,15 @@ impl Served {
 
 impl RequestCtx {
     pub fn new(id: String, start: Instant, model: Option<String>, key: Option<String>) -> Self {
-        RequestCtx { id, start, model, key, served: Mutex::new(None), spend: Default::default() }
+        RequestCtx {
+            id,
+            start,
+            model,
+            key,
+            served: Mutex::new(None),
+            spend: Default::default(),
+            answered: Default::default(),
+        }
     }
 
     pub fn set_served(&self, provider: &crate::provider::Provider, model: &str) {
@@ -52,6 +62,12 @@ impl RequestCtx {
             *p = Some(Served { provider: provider.name.clone(), model: model.to_string(), known });
         }
         crate::console::with(|e| e.served(&provider.name, model));
+    }
+
+    /// True for the request's first upstream answer only: its time to
+    /// first token is the request's.
+    pub fn first_answer(&self) -> bool {
+        !self.answered.swap(true, std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn served(&self) -> Option<Served> {

@@ -18,11 +18,14 @@ use crate::provider::upstream::Reply;
 use crate::provider::{Route, UpstreamError, request, resilience};
 use crate::state::conversation::Chain;
 
-/// What [`send`] got back: the route that answered, how its request was
-/// rewritten, its reply, and (for a profile that replays reasoning) the
-/// conversation the reply answers, under whose key its reasoning is kept.
+/// What [`send`] got back: the route that answered (and its place in the
+/// chain), how its request was rewritten, its reply, and (for a profile
+/// that replays reasoning) the conversation the reply answers, under whose
+/// key its reasoning is kept.
 pub struct Sent {
     pub route: Route,
+    /// The answering route's index in the chain [`send`] was given.
+    pub index: usize,
     pub plan: Plan,
     pub reply: Reply,
     pub conversation: Option<Chain>,
@@ -30,13 +33,26 @@ pub struct Sent {
     pub turn: Option<Arc<crate::spend::Turn>>,
 }
 
-/// Sends the request along its route or fallback chain.
-pub async fn send(s: &Core, req: ChatRequest) -> Result<Sent, ApiError> {
-    let routes = s.providers.routes(&req.model);
+/// A client model name's route or fallback chain, or a 404 naming what
+/// would work.
+pub fn routes(s: &Core, model: &str) -> Result<Vec<Route>, ApiError> {
+    let routes = s.providers.routes(model);
+    if !routes.is_empty() {
+        return Ok(routes);
+    }
+    let names: Vec<&str> = s.providers.iter().map(|p| p.name.as_str()).collect();
+    Err(ApiError::ModelNotFound(format!(
+        "The model `{model}` does not exist or is not routed: use `provider/model` with one of the configured providers ({}), or an alias from [models].",
+        names.join(", ")
+    )))
+}
+
+/// Sends the request along `routes` (one route, or an alias's fallback
+/// chain): the one way every upstream call of a chat request takes, the
+/// agent loop's iterations included.
+pub async fn send(s: &Core, routes: &[Route], req: ChatRequest) -> Result<Sent, ApiError> {
     let Some((last, before)) = routes.split_last() else {
-        return Err(super::pipeline::route_for(s, &req.model)
-            .err()
-            .unwrap_or(ApiError::ModelNotFound(req.model.clone())));
+        return Err(self::routes(s, &req.model).err().unwrap_or(ApiError::ModelNotFound(req.model.clone())));
     };
     let ctx = context::current();
     // Each target rewrites a copy of its own; the last one takes the client's
@@ -49,10 +65,11 @@ pub async fn send(s: &Core, req: ChatRequest) -> Result<Sent, ApiError> {
                 crate::console::with(|c| c.fallback(from, to, &e.to_string()));
                 tracing::warn!(from = %from, to = %to, error = %e, "falling back to the next provider");
             }
-            r => return r.map_err(ApiError::from),
+            r => return r.map(|sent| Sent { index: i, ..sent }).map_err(ApiError::from),
         }
     }
-    attempt(s, ctx.as_ref(), last, req).await.map_err(ApiError::from)
+    let sent = attempt(s, ctx.as_ref(), last, req).await.map_err(ApiError::from)?;
+    Ok(Sent { index: before.len(), ..sent })
 }
 
 /// One target of the chain: the request rewritten for its profile, sent
@@ -82,7 +99,7 @@ async fn attempt(
     // of which one page is used, so every open stream held a page more.
     let reply = Box::pin(resilience::post(&s.upstream, p, "chat/completions", &req)).await?;
     let (reply, turn) = measured(reply, ctx, p, &route.model, price);
-    Ok(Sent { route: route.clone(), plan, reply, conversation, turn })
+    Ok(Sent { route: route.clone(), index: 0, plan, reply, conversation, turn })
 }
 
 /// A streamed request asks the upstream for its usage (OpenAI-compatible
@@ -103,19 +120,6 @@ pub(crate) fn ask_for_usage(req: &mut ChatRequest) {
     }
 }
 
-/// The reply counted as a turn of the request's spend: a stream's usage as
-/// it goes by (and its events, the estimate when it is cut before), a whole
-/// answer's where it is parsed (its turn is returned for that).
-pub(crate) fn tallied(
-    reply: Reply,
-    ctx: Option<&Arc<RequestCtx>>,
-    p: &crate::provider::Provider,
-    model: &str,
-    price: Option<Arc<crate::spend::Price>>,
-) -> (Reply, Option<Arc<crate::spend::Turn>>) {
-    counted(reply, ctx, p, model, price, false)
-}
-
 /// Records time to first token now, and a stream's token usage (metrics
 /// and spend) when it goes by.
 fn measured(
@@ -125,21 +129,13 @@ fn measured(
     model: &str,
     price: Option<Arc<crate::spend::Price>>,
 ) -> (Reply, Option<Arc<crate::spend::Turn>>) {
-    if let Some(c) = ctx {
-        crate::metrics::first_token(&p.name, p.metric_model(model), c.start.elapsed());
+    // Once per request: the agent loop's later iterations are no first token.
+    if ctx.is_none_or(|c| c.first_answer()) {
+        if let Some(c) = ctx {
+            crate::metrics::first_token(&p.name, p.metric_model(model), c.start.elapsed());
+        }
+        crate::console::with(crate::console::Entry::first_token);
     }
-    crate::console::with(crate::console::Entry::first_token);
-    counted(reply, ctx, p, model, price, true)
-}
-
-fn counted(
-    reply: Reply,
-    ctx: Option<&Arc<RequestCtx>>,
-    p: &crate::provider::Provider,
-    model: &str,
-    price: Option<Arc<crate::spend::Price>>,
-    metrics: bool,
-) -> (Reply, Option<Arc<crate::spend::Turn>>) {
     let label = p.metric_model(model);
     let turn = ctx.map(|c| c.spend.turn(&p.name, label, price));
     match reply {
@@ -150,10 +146,11 @@ fn counted(
             }
             (Reply::Json(body), turn)
         }
-        Reply::Events(events) if turn.is_none() && !metrics => (Reply::Events(events), None),
         Reply::Events(events) => {
             let (provider, label) = (p.name.clone(), label.to_string());
             let fields = p.profile.response.usage.clone();
+            // Held, not looked up: the stream is read outside the handler's task.
+            let shown = crate::console::current();
             let stream = events.inspect(move |ev| {
                 let Ok(data) = ev else { return };
                 if let Some(t) = &turn {
@@ -164,9 +161,9 @@ fn counted(
                     && let Ok(v) = serde_json::from_str::<Value>(data)
                     && let Some(u) = v.get("usage").filter(|u| u.is_object())
                 {
-                    if metrics {
-                        crate::metrics::usage(&provider, &label, u);
-                        crate::console::with(|c| c.usage(u));
+                    crate::metrics::usage(&provider, &label, u);
+                    if let Some(c) = &shown {
+                        c.usage(u);
                     }
                     if let Some(t) = &turn {
                         let mut u = u.clone();

@@ -8,6 +8,7 @@
 //! fronts (`fronts/`) turn them into their wire format.
 
 pub mod agent;
+pub mod answer;
 pub mod context;
 pub mod dispatch;
 pub mod pipeline;
@@ -20,7 +21,8 @@ use crate::provider::Providers;
 use crate::provider::upstream::Upstream;
 use crate::state::StateStore;
 
-pub use pipeline::{Out, Started, answer, route_for, start};
+pub use answer::{answer, looping, route_for};
+pub use pipeline::{Out, Started, start};
 
 /// What every request's way needs, built once at startup.
 pub struct Core {

@@ -1,9 +1,9 @@
-//! The plain path (no server-side tools) of one chat request: dispatched,
-//! the answer normalized (streamed and non-streamed answers share the
-//! normalizer, see [`crate::stream`], so their outcome is the same), and
-//! the reasoning of tool-call turns remembered. [`answer`] is every path
-//! from a parsed request to normalized chunks, for the fronts that hold
-//! the answer (`/v1/responses`).
+//! One upstream answer of a chat request ([`begin`]): dispatched along its
+//! route chain, the answer normalized for the route that answered
+//! (streamed and non-streamed answers share the normalizer, see
+//! [`crate::stream`], so their outcome is the same), and the reasoning of
+//! tool-call turns remembered. The plain path is one such answer; the
+//! agent loop's iterations are each one.
 
 use std::sync::Arc;
 
@@ -20,38 +20,6 @@ use crate::state::StateStore;
 use crate::state::conversation::Chain;
 use crate::stream::{Normalizer, completion_to_chunk, normalize::Settings};
 use crate::toolcall::ToolIndex;
-
-/// Routes a client model name, or explains which names would work.
-pub fn route_for(s: &Core, model: &str) -> Result<Route, ApiError> {
-    s.providers.route(model).ok_or_else(|| {
-        let names: Vec<&str> = s.providers.iter().map(|p| p.name.as_str()).collect();
-        ApiError::ModelNotFound(format!(
-            "The model `{model}` does not exist or is not routed: use `provider/model` with one of the configured providers ({}), or an alias from [models].",
-            names.join(", ")
-        ))
-    })
-}
-
-/// The normalized answer to a parsed chat request as a stream of chunks,
-/// through the agent loop when server-side tools are configured, else the
-/// plain path. The front ends that translate another API (`/v1/responses`)
-/// call this, so every request takes the same way to the upstream and back.
-/// It returns once the upstream's first answer is in hand, so an upstream
-/// that fails at once is an `Err` (a proper HTTP status), not a stream.
-pub async fn answer(
-    s: &Arc<Core>,
-    req: ChatRequest,
-) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, ApiError> {
-    // As on chat completions: a registry with nothing active right now (no
-    // tool configured, no skill loaded) keeps the plain path.
-    match s.tools.clone().filter(|t| t.active()) {
-        Some(tools) => {
-            let route = route_for(s, &req.model)?;
-            super::agent::chunks(s.clone(), tools, route, req).await
-        }
-        None => Ok(start(s, req, false).await?.chunks(s)),
-    }
-}
 
 /// The plain path (no server-side tools) up to the answer: dispatched, and
 /// the answer in hand (a whole one normalized, a stream's first chunk read).
@@ -89,18 +57,49 @@ impl Started {
     }
 }
 
-/// With `as_is`, a whole answer the normalizer would not change is kept as
-/// the upstream's bytes ([`Started::AsIs`]).
+/// Who reads a started answer, which decides how it is normalized.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Reader {
+    /// A front, for the client's own request. With `as_is`, a whole answer
+    /// the normalizer would not change is kept as the upstream's bytes
+    /// ([`Started::AsIs`]).
+    Client { as_is: bool },
+    /// An iteration of the agent loop: every tool (the server's too) is
+    /// recovered, usage rides on the last chunk, and the loop keeps the
+    /// reasoning itself.
+    Loop,
+}
+
+/// An answer begun on one route of a chain.
+pub struct Begun {
+    /// The route that answered and its index in the chain.
+    pub route: Route,
+    pub index: usize,
+    /// The conversation the answer continues (a profile that replays
+    /// reasoning), under whose key its reasoning is kept.
+    pub conversation: Option<Chain>,
+    pub started: Started,
+}
+
+/// The client's request on its model's route or fallback chain.
 pub async fn start(s: &Core, req: ChatRequest, as_is: bool) -> Result<Started, ApiError> {
+    let routes = super::dispatch::routes(s, &req.model)?;
+    Ok(begin(s, &routes, req, Reader::Client { as_is }).await?.started)
+}
+
+/// The one way to the upstream: `req` sent along `routes` ([`super::dispatch`]:
+/// fallback, retries, breaker, rewriting, measurement), and the answer in
+/// hand, normalized for the route that answered.
+pub async fn begin(s: &Core, routes: &[Route], req: ChatRequest, reader: Reader) -> Result<Begun, ApiError> {
+    let looping = reader == Reader::Loop;
+    let as_is = reader == Reader::Client { as_is: true };
     let client_stream = req.is_stream();
     let client_tools = req.tools.clone().unwrap_or_default();
-    let declares_tools = req.declares_tools();
-    let want_usage = client_stream && req.wants_usage();
-    let single_call = req.extra.get("parallel_tool_calls") == Some(&Value::Bool(false));
-    // Retries, circuit breakers and fallback along an alias chain; the route
-    // that answered (and how its request was rewritten) decides how its
-    // answer is normalized.
-    let super::dispatch::Sent { route, plan, reply, conversation, turn } = super::dispatch::send(s, req).await?;
+    let declares_tools = looping || req.declares_tools();
+    let want_usage = !looping && client_stream && req.wants_usage();
+    let single_call = !looping && req.extra.get("parallel_tool_calls") == Some(&Value::Bool(false));
+    let super::dispatch::Sent { route, index, plan, reply, conversation, turn } =
+        super::dispatch::send(s, routes, req).await?;
     let provider = route.provider.clone();
     let tools = if plan.tools_offered { tool_index(&client_tools, &plan.names_back) } else { ToolIndex::default() };
     let settings = Settings {
@@ -114,8 +113,10 @@ pub async fn start(s: &Core, req: ChatRequest, as_is: bool) -> Result<Started, A
         single_call,
         usage_fields: provider.profile.response.usage.clone(),
     };
+    // The loop remembers reasoning itself (the splice, or its last turn's).
+    let memo_conversation = if looping { None } else { conversation };
     let mut norm = Normalizer::new(settings);
-    match reply {
+    let started = match reply {
         Reply::Json(body) => {
             if as_is && let Some(t) = norm.whole_as_is(body.bytes()) {
                 if let Some(turn) = &turn {
@@ -133,25 +134,26 @@ pub async fn start(s: &Core, req: ChatRequest, as_is: bool) -> Result<Started, A
                         "total_tokens": t.prompt_tokens.zip(t.completion_tokens).map(|(a, b)| a + b)}),
                     )
                 });
-                return Ok(Started::AsIs(body));
-            }
-            let completion: Completion = body.parse("a chat completion")?;
-            if let Some(u) = completion.usage.as_ref().filter(|u| u.is_object()) {
-                crate::metrics::usage(&provider.name, provider.metric_model(&route.model), u);
-                if let Some(turn) = &turn {
-                    let mut u = u.clone();
-                    crate::stream::usage::normalize(&mut u, &provider.profile.response.usage);
-                    turn.usage(&u);
+                Started::AsIs(body)
+            } else {
+                let completion: Completion = body.parse("a chat completion")?;
+                if let Some(u) = completion.usage.as_ref().filter(|u| u.is_object()) {
+                    crate::metrics::usage(&provider.name, provider.metric_model(&route.model), u);
+                    if let Some(turn) = &turn {
+                        let mut u = u.clone();
+                        crate::stream::usage::normalize(&mut u, &provider.profile.response.usage);
+                        turn.usage(&u);
+                    }
+                    crate::console::with(|c| c.usage(u));
                 }
-                crate::console::with(|c| c.usage(u));
+                let mut chunks = Vec::new();
+                norm.push(completion_to_chunk(completion), &mut chunks);
+                norm.finish(&mut chunks);
+                if let Some(c) = &memo_conversation {
+                    super::reasoning::remember(s.store.as_ref(), s.state_ttl, c, &norm.captures()).await;
+                }
+                Started::Whole(chunks)
             }
-            let mut chunks = Vec::new();
-            norm.push(completion_to_chunk(completion), &mut chunks);
-            norm.finish(&mut chunks);
-            if let Some(c) = &conversation {
-                super::reasoning::remember(s.store.as_ref(), s.state_ttl, c, &norm.captures()).await;
-            }
-            Ok(Started::Whole(chunks))
         }
         Reply::Events(mut events) => {
             // Wait for the first event so an upstream that fails at once
@@ -164,9 +166,10 @@ pub async fn start(s: &Core, req: ChatRequest, as_is: bool) -> Result<Started, A
                 Some(Ok(data)) => Some(read(&mut norm, data)?),
                 _ => None,
             };
-            Ok(Started::Stream { events, first, norm, conversation })
+            Started::Stream { events, first, norm, conversation: memo_conversation }
         }
-    }
+    };
+    Ok(Begun { route, index, conversation, started })
 }
 
 /// The client's tools, plus each renamed tool under its upstream name so a

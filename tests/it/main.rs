@@ -15,6 +15,7 @@ mod fixtures;
 mod fuzz_request;
 mod messages;
 mod nesting;
+mod one_way;
 mod production;
 mod providers;
 mod proxy;

@@ -39,14 +39,11 @@ use futures_util::{Stream, StreamExt};
 use serde_json::{Map, Value, json};
 
 use crate::core::Core;
+use crate::core::pipeline::{self, Reader};
 use crate::error::ApiError;
-use crate::openai::{ChatRequest, Chunk, ChunkChoice, Completion, Delta, FunctionDelta, Message, ToolCallDelta};
-use crate::provider::request::Plan;
-use crate::provider::upstream::Reply;
-use crate::provider::{Provider, ReasoningReplay, Route, UpstreamError, request};
+use crate::openai::{ChatRequest, Chunk, ChunkChoice, Delta, FunctionDelta, Message, ToolCallDelta};
+use crate::provider::{ReasoningReplay, Route, UpstreamError};
 use crate::state::conversation::Chain;
-use crate::stream::normalize::Settings;
-use crate::stream::{Normalizer, completion_to_chunk};
 use crate::toolcall::ToolIndex;
 use crate::tools::dispatch::run_batch;
 use crate::tools::{CallOutcome, CallRequest, Catalog, Registry, Status, ToolOutput};
@@ -76,10 +73,9 @@ impl Call {
 /// Everything one request's loop needs.
 struct Loop {
     s: Arc<Core>,
-    provider: Arc<Provider>,
-    model: String,
-    /// How this model's vendor wants earlier reasoning replayed.
-    replay: ReasoningReplay,
+    /// The model's route or fallback chain: each iteration is sent along it
+    /// from the route that answered the one before.
+    routes: Vec<Route>,
     registry: Arc<Registry>,
     catalog: Arc<Catalog>,
     /// The client's request with the hidden history spliced in.
@@ -87,10 +83,6 @@ struct Loop {
     /// The conversation as the client sent it (the splice key of this
     /// turn's answer continues it).
     client_chain: Chain,
-    /// `base` before its reasoning was restored, for a profile that replays
-    /// reasoning: a final turn with no hidden part keeps its reasoning
-    /// under this conversation's key (a hidden part carries it in the splice).
-    conversation: Option<Chain>,
     client_tools: Vec<Value>,
     client_names: HashSet<String>,
     /// Trace entries are made (the client asked for them).
@@ -99,9 +91,6 @@ struct Loop {
     /// entry goes there too, asked for or not.
     shown: Option<Arc<crate::console::Entry>>,
     want_usage: bool,
-    vision: bool,
-    /// The request's context: each iteration is a turn of its spend.
-    ctx: Option<Arc<crate::core::context::RequestCtx>>,
 }
 
 /// The loop's answer as plain chunks (no trace), for front ends that
@@ -109,10 +98,10 @@ struct Loop {
 pub async fn chunks(
     s: Arc<Core>,
     registry: Arc<Registry>,
-    route: Route,
+    routes: Vec<Route>,
     req: ChatRequest,
 ) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, ApiError> {
-    let items = items(s, registry, route, req, false).await?;
+    let items = items(s, registry, routes, req, false).await?;
     Ok(items
         .filter_map(|it| {
             futures_util::future::ready(match it {
@@ -129,16 +118,11 @@ pub async fn chunks(
 pub async fn items(
     s: Arc<Core>,
     registry: Arc<Registry>,
-    route: Route,
+    routes: Vec<Route>,
     mut req: ChatRequest,
     trace: bool,
 ) -> Result<BoxStream<'static, Result<Item, UpstreamError>>, ApiError> {
-    // The loop calls its provider directly (not through dispatch), so the
-    // request's metrics labels are set here.
     let ctx = crate::core::context::current();
-    if let Some(c) = &ctx {
-        c.set_served(&route.provider, &route.model);
-    }
     registry.ensure_started().await;
     let catalog = registry.catalog();
     let client_stream = req.is_stream();
@@ -151,7 +135,7 @@ pub async fn items(
     // The loop drives one choice.
     req.extra.remove("n");
     // Read here: the loop's stream is polled outside the edge's task-local.
-    let owner = crate::core::context::current().and_then(|c| c.key.clone());
+    let owner = ctx.as_ref().and_then(|c| c.key.clone());
     let owner = owner.as_deref();
     let client_chain = Chain::each(owner, &req.messages).last().copied().unwrap_or_else(|| Chain::new(owner));
     req.messages = splice::apply(s.store.as_ref(), owner, std::mem::take(&mut req.messages)).await;
@@ -160,32 +144,18 @@ pub async fn items(
     if let Some(section) = &catalog.skills_section {
         crate::skills::prompt::apply(&mut req.messages, section);
     }
-    let conversation = crate::core::reasoning::prepare_history(
-        &mut req,
-        &route.provider.profile,
-        &route.model,
-        s.store.as_ref(),
-        owner,
-    )
-    .await;
-    let vision = route.provider.profile.tools.vision;
     let lp = Loop {
         s,
-        provider: route.provider.clone(),
-        model: route.model.clone(),
-        replay: route.provider.profile.thinking.replay_for(&route.model),
+        routes,
         registry,
         catalog,
         base: req,
         client_chain,
-        conversation,
         client_tools,
         client_names,
         trace,
         shown: crate::console::current(),
         want_usage,
-        vision,
-        ctx,
     };
     let mut items = lp.stream().boxed();
     // Wait for the first upstream answer so an upstream that fails at once
@@ -201,7 +171,6 @@ pub async fn items(
 struct Offer {
     /// The client's tools and the server tools offered now.
     tools: Vec<Value>,
-    index: Arc<ToolIndex>,
     /// Every server tool a call may name (offered or waiting for a skill).
     server: HashSet<String>,
     /// The skills read so far in this conversation.
@@ -221,31 +190,12 @@ impl Loop {
                 tools.push(e.spec.to_openai());
             }
         }
-        Offer { index: Arc::new(ToolIndex::from_openai(&tools)), tools, server, read }
-    }
-
-    fn settings(&self, plan: Plan, offer: &Offer) -> Settings {
-        let p = &self.provider;
-        let tools = if plan.names_back.is_empty() {
-            offer.index.clone()
-        } else {
-            Arc::new(crate::core::pipeline::tool_index(&offer.tools, &plan.names_back))
-        };
-        Settings {
-            formats: p.formats_for(&self.model, true, plan.prompt),
-            tools,
-            starts_in_reasoning: p.profile.response.starts_in_reasoning,
-            reasoning_formats: p.reasoning_formats_for(true),
-            want_usage: false,
-            finish_map: p.profile.response.finish_reason.clone(),
-            names_back: plan.names_back,
-            single_call: false,
-            usage_fields: p.profile.response.usage.clone(),
-        }
+        Offer { tools, server, read }
     }
 
     /// The upstream request of one iteration.
-    fn request(&self, history: &[Message], iteration: u32, offer: &Offer) -> (ChatRequest, Plan) {
+    /// Rewritten for whichever route answers it, like the client's own.
+    fn request(&self, history: &[Message], iteration: u32, offer: &Offer) -> ChatRequest {
         let mut req = self.base.clone();
         req.messages = history.to_vec();
         req.tools = (!offer.tools.is_empty()).then(|| offer.tools.clone());
@@ -257,12 +207,7 @@ impl Loop {
                 *tc = json!("auto");
             }
         }
-        if self.ctx.as_ref().is_some_and(|c| c.spend.counted()) || self.provider.prices.of(&self.model).is_some() {
-            crate::core::dispatch::ask_for_usage(&mut req);
-        }
-        let plan =
-            request::normalize(&mut req, &self.provider.profile, &self.model, self.provider.prompt_for(&self.model));
-        (req, plan)
+        req
     }
 
     /// Runs a batch, except calls of tools still waiting for a skill: those
@@ -312,7 +257,7 @@ impl Loop {
 
     /// The console's timeline entry of an iteration starting: the skills
     /// read so far and the tools they unlocked.
-    fn show_iteration(&self, iteration: u32, offer: &Offer) {
+    fn show_iteration(&self, iteration: u32, offer: &Offer, route: &Route) {
         let Some(c) = &self.shown else { return };
         let none = BTreeSet::new();
         let locks = &self.catalog.locks;
@@ -324,8 +269,8 @@ impl Loop {
             .collect();
         let mut offered: Vec<&str> = offer.server.iter().map(String::as_str).collect();
         offered.sort_unstable();
-        c.timeline(json!({"type": "iteration", "iteration": iteration, "provider": self.provider.name,
-                          "model": self.model, "skills_read": offer.read, "tools_unlocked": unlocked,
+        c.timeline(json!({"type": "iteration", "iteration": iteration, "provider": route.provider.name,
+                          "model": route.model, "skills_read": offer.read, "tools_unlocked": unlocked,
                           "server_tools": offered}));
     }
 
@@ -341,6 +286,13 @@ impl Loop {
             let mut started = false;
             let mut iteration = 0;
             let mut final_reasoning = String::new();
+            // Where in the chain the next iteration starts: the route that
+            // answered the last one (its prompt cache, its reasoning format).
+            let mut from = 0;
+            // For a profile that replays reasoning, the conversation as the
+            // client sent it: a final turn with no hidden part keeps its
+            // reasoning under this key (a hidden part carries it in the splice).
+            let mut conversation = None;
             loop {
                 iteration += 1;
                 let remaining = deadline.saturating_duration_since(Instant::now());
@@ -349,19 +301,25 @@ impl Loop {
                     break;
                 }
                 let offer = self.offer(&history);
-                self.show_iteration(iteration, &offer);
-                let (req, plan) = self.request(&history, iteration, &offer);
-                let settings = self.settings(plan, &offer);
-                let call = upstream_chunks(&self.s, &self.provider, &self.model, self.ctx.as_ref(), &req, settings);
+                let req = self.request(&history, iteration, &offer);
+                let call = pipeline::begin(&self.s, &self.routes[from..], req, Reader::Loop);
                 let call = crate::console::scope(self.shown.clone(), call);
-                let mut chunks = match tokio::time::timeout(remaining, call).await {
-                    Ok(Ok(c)) => c,
-                    Ok(Err(e)) => { yield Err(e); return; }
+                let (route, mut chunks) = match tokio::time::timeout(remaining, call).await {
+                    Ok(Ok(begun)) => {
+                        from += begun.index;
+                        if iteration == 1 {
+                            conversation = begun.conversation;
+                        }
+                        (begun.route, begun.started.chunks(&self.s))
+                    }
+                    Ok(Err(e)) => { yield Err(upstream_error(e)); return; }
                     Err(_) => {
                         for it in out.stop(&out_of_time, "deadline", self.tracing()) { if let Some(it) = self.pass(it) { yield Ok(it); } }
                         break;
                     }
                 };
+                self.show_iteration(iteration, &offer, &route);
+                let replay = route.provider.profile.thinking.replay_for(&route.model);
                 let mut turn = Turn::default();
                 let mut timed_out = false;
                 loop {
@@ -384,7 +342,7 @@ impl Loop {
                 }
                 if timed_out {
                     for it in out.stop(&out_of_time, "deadline", self.tracing()) { if let Some(it) = self.pass(it) { yield Ok(it); } }
-                    hidden.push(assistant(&turn, &self.replay, &[]));
+                    hidden.push(assistant(&turn, &replay, &[]));
                     break;
                 }
                 let (server, client): (Vec<Call>, Vec<Call>) =
@@ -399,7 +357,7 @@ impl Loop {
                         "tool_calls".to_string()
                     };
                     for c in out.finish(&client, &finish) { yield Ok(Item::Chunk(c)); }
-                    hidden.push(assistant(&turn, &self.replay, &client));
+                    hidden.push(assistant(&turn, &replay, &client));
                     final_reasoning = std::mem::take(&mut turn.reasoning);
                     break;
                 }
@@ -407,7 +365,7 @@ impl Loop {
                     let why =
                         format!("the model was still calling tools after {max} model calls (max_iterations = {max})");
                     for it in out.stop(&why, "max_iterations", self.tracing()) { if let Some(it) = self.pass(it) { yield Ok(it); } }
-                    hidden.push(assistant(&turn, &self.replay, &[]));
+                    hidden.push(assistant(&turn, &replay, &[]));
                     break;
                 }
                 let requests: Vec<CallRequest> = server
@@ -432,8 +390,8 @@ impl Loop {
                     }
                 }
                 let all: Vec<Call> = turn.calls.values().cloned().collect();
-                let (results, images) = tool_messages(&outcomes, self.vision);
-                let mut exchange = vec![assistant(&turn, &self.replay, &all)];
+                let (results, images) = tool_messages(&outcomes, route.provider.profile.tools.vision);
+                let mut exchange = vec![assistant(&turn, &replay, &all)];
                 exchange.extend(results);
                 if !client.is_empty() {
                     // Mixed turn: the client answers its calls; images wait
@@ -455,10 +413,10 @@ impl Loop {
                 let mut answer = self.client_chain;
                 answer.push_assistant(&out.visible, &out.client_ids);
                 splice::save(self.s.store.as_ref(), self.s.state_ttl, &answer.key(), &hidden, &out.after).await;
-            } else if let Some(conversation) = &self.conversation
+            } else if let Some(conversation) = conversation
                 && !out.client_ids.is_empty()
             {
-                let mut answer = *conversation;
+                let mut answer = conversation;
                 answer.push_assistant(&out.visible, &out.client_ids);
                 crate::core::reasoning::remember_turn(self.s.store.as_ref(), self.s.state_ttl, &answer, &final_reasoning).await;
             }
@@ -714,36 +672,11 @@ fn merge_sum(t: &mut Value, u: &Value) {
     }
 }
 
-/// One upstream call as a stream of normalized chunks.
-async fn upstream_chunks(
-    s: &Core,
-    provider: &Provider,
-    model: &str,
-    ctx: Option<&Arc<crate::core::context::RequestCtx>>,
-    req: &ChatRequest,
-    settings: Settings,
-) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, UpstreamError> {
-    // Retries and the circuit breaker apply to every iteration of the loop.
-    let reply = crate::provider::resilience::post(&s.upstream, provider, "chat/completions", req).await?;
-    let (reply, turn) = crate::core::dispatch::tallied(reply, ctx, provider, model, provider.prices.of(model));
-    let mut norm = Normalizer::new(settings);
-    match reply {
-        Reply::Json(body) => {
-            let completion: Completion = body.parse("a chat completion")?;
-            if let (Some(turn), Some(u)) = (&turn, completion.usage.as_ref().filter(|u| u.is_object())) {
-                let mut u = u.clone();
-                crate::stream::usage::normalize(&mut u, &provider.profile.response.usage);
-                turn.usage(&u);
-            }
-            let mut out = Vec::new();
-            norm.push(completion_to_chunk(completion), &mut out);
-            norm.finish(&mut out);
-            Ok(futures_util::stream::iter(out.into_iter().map(Ok)).boxed())
-        }
-        // The loop keeps the reasoning itself (splice or `remember_turn`).
-        Reply::Events(events) => {
-            Ok(crate::core::pipeline::normalized(events, None, norm, None, s.limits.max_answer_bytes).boxed())
-        }
+/// A later iteration's failure, as the loop's stream carries it.
+fn upstream_error(e: ApiError) -> UpstreamError {
+    match e {
+        ApiError::Upstream(e) => e,
+        other => UpstreamError::Protocol(other.to_string()),
     }
 }
 

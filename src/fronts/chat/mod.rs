@@ -26,9 +26,9 @@ use std::sync::Arc;
 
 pub async fn completions(State(s): State<Arc<Core>>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
     let req = parse(&body)?;
-    if let Some(tools) = s.tools.clone().filter(|t| t.active()) {
-        let route = core::route_for(&s, &req.model)?;
-        return trace::run(s.clone(), tools, route, req, &headers).await;
+    if let Some(tools) = core::looping(&s) {
+        let routes = core::dispatch::routes(&s, &req.model)?;
+        return trace::run(s.clone(), tools, routes, req, &headers).await;
     }
     let client_stream = req.is_stream();
     let started = start(&s, req, !client_stream).await?;

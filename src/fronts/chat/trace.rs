@@ -70,13 +70,13 @@ impl TraceMode {
 pub async fn run(
     s: Arc<Core>,
     registry: Arc<Registry>,
-    route: Route,
+    routes: Vec<Route>,
     req: ChatRequest,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let trace = TraceMode::from_headers(headers);
     let client_stream = req.is_stream();
-    let items = agent::items(s, registry, route, req, trace.on()).await?;
+    let items = agent::items(s, registry, routes, req, trace.on()).await?;
     if client_stream { Ok(sse(items, trace)) } else { whole(items, trace).await }
 }
 

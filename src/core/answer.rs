@@ -1,0 +1,40 @@
+//! Every front's entry to the core: a parsed chat request to its normalized
+//! answer, through the agent loop when server-side tools or skills are
+//! active, else as one upstream answer. Both take the same way to the
+//! upstream ([`super::pipeline::begin`]).
+
+use std::sync::Arc;
+
+use futures_util::stream::BoxStream;
+
+use super::Core;
+use crate::error::ApiError;
+use crate::openai::{ChatRequest, Chunk};
+use crate::provider::{Route, UpstreamError};
+
+/// The normalized answer as a stream of chunks. It returns once the
+/// upstream's first answer is in hand, so an upstream that fails at once is
+/// an `Err` (a proper HTTP status), not a stream.
+pub async fn answer(
+    s: &Arc<Core>,
+    req: ChatRequest,
+) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, ApiError> {
+    match looping(s) {
+        Some(tools) => {
+            let routes = super::dispatch::routes(s, &req.model)?;
+            super::agent::chunks(s.clone(), tools, routes, req).await
+        }
+        None => Ok(super::pipeline::start(s, req, false).await?.chunks(s)),
+    }
+}
+
+/// The tool registry when the agent loop runs: a registry with nothing
+/// active right now (no tool configured, no skill loaded) keeps the plain path.
+pub fn looping(s: &Core) -> Option<Arc<crate::tools::Registry>> {
+    s.tools.clone().filter(|t| t.active())
+}
+
+/// The first route of a model name (routes that cannot fall back: embeddings).
+pub fn route_for(s: &Core, model: &str) -> Result<Route, ApiError> {
+    Ok(super::dispatch::routes(s, model)?.swap_remove(0))
+}
