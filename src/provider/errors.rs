@@ -169,6 +169,25 @@ fn classify(status: u16, hint: Option<&str>) -> (StatusCode, String, Option<Stri
     (StatusCode::from_u16(st).unwrap_or(StatusCode::BAD_GATEWAY), kind, code.map(str::to_string))
 }
 
+/// `Retry-After` (seconds; HTTP dates are rare from APIs and ignored) or
+/// the `retry-after-ms` some vendors send.
+pub fn retry_after(h: &reqwest::header::HeaderMap) -> Option<std::time::Duration> {
+    let get = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<f64>().ok());
+    let d = match get("retry-after-ms") {
+        Some(ms) => ms / 1000.0,
+        None => get("retry-after")?,
+    };
+    (d.is_finite() && d >= 0.0).then(|| std::time::Duration::from_secs_f64(d.min(86_400.0)))
+}
+
+/// The upstream's error with the wait it asked for.
+pub fn with_retry_after(mut e: super::UpstreamError, ra: Option<std::time::Duration>) -> super::UpstreamError {
+    if let super::UpstreamError::Status { error, .. } = &mut e {
+        error.retry_after = ra;
+    }
+    e
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

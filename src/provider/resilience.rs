@@ -138,24 +138,6 @@ impl Breaker {
     }
 }
 
-/// `Retry-After` (seconds; HTTP dates are rare from APIs and ignored) or
-/// the `retry-after-ms` some vendors send.
-pub fn retry_after(h: &reqwest::header::HeaderMap) -> Option<Duration> {
-    let get = |name: &str| h.get(name).and_then(|v| v.to_str().ok()).and_then(|v| v.trim().parse::<f64>().ok());
-    let d = match get("retry-after-ms") {
-        Some(ms) => ms / 1000.0,
-        None => get("retry-after")?,
-    };
-    (d.is_finite() && d >= 0.0).then(|| Duration::from_secs_f64(d.min(86_400.0)))
-}
-
-pub fn with_retry_after(mut e: UpstreamError, ra: Option<Duration>) -> UpstreamError {
-    if let UpstreamError::Status { error, .. } = &mut e {
-        error.retry_after = ra;
-    }
-    e
-}
-
 /// What a call says about the upstream's health.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Outcome {

@@ -24,7 +24,9 @@ use futures_util::Stream;
 
 use super::UpstreamError;
 use super::record::Recording;
-use super::upstream::Events;
+
+/// A stream of SSE `data` payloads, ending at `[DONE]` or end of body.
+pub type Events = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<String, UpstreamError>> + Send>>;
 
 /// `data` payloads of an SSE body. Comment lines and keep-alives are skipped;
 /// `[DONE]` ends the stream; a body that ends without it ends with

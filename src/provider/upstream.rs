@@ -10,12 +10,10 @@
 //! everything else (TLS, proxies from the environment, other paths) through
 //! reqwest.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::Stream;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderMap, HeaderName, HeaderValue};
 use http_body_util::{BodyExt, Either, Full};
 use serde_json::Value;
@@ -24,8 +22,7 @@ use super::direct::{DirectUrl, Failed};
 use super::record::{Recorder, Recording};
 use super::{Provider, UpstreamError, error_in_success, map_error};
 
-/// A stream of SSE `data` payloads, ending at `[DONE]` or end of body.
-pub type Events = Pin<Box<dyn Stream<Item = Result<String, UpstreamError>> + Send>>;
+pub use super::sse_in::Events;
 
 /// What an upstream answered.
 pub enum Reply {
@@ -275,12 +272,12 @@ impl Upstream {
         }
         encoded(p, resp.headers())?;
         if status >= 400 {
-            let retry_after = super::resilience::retry_after(resp.headers());
+            let retry_after = super::errors::retry_after(resp.headers());
             let bytes = self.read(p, resp, rec, self.max_answer).await?;
             if let Some(c) = &shown {
                 c.upstream_answer(&bytes);
             }
-            return Err(super::resilience::with_retry_after(map_error(&p.profile, status, &bytes), retry_after));
+            return Err(super::errors::with_retry_after(map_error(&p.profile, status, &bytes), retry_after));
         }
         let idle = crate::config::limits::secs(p.upstream.idle_timeout_secs);
         if is_sse {

@@ -17,6 +17,7 @@ pub(crate) mod args;
 mod engine;
 mod event;
 pub mod formats;
+pub(crate) mod repair;
 pub mod scan;
 mod tools;
 pub mod typing;

@@ -133,7 +133,7 @@ fn structured(t: &str) -> Option<Value> {
             return Some(v);
         }
     }
-    super::args::loads(t)
+    super::repair::loads(t)
 }
 
 /// Builds an arguments object from raw key/value pairs typed by the tool's

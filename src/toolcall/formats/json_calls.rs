@@ -50,7 +50,7 @@ pub fn calls_from_json(text: &str) -> Option<Vec<RawCall>> {
     let text = text.trim();
     let calls = match serde_json::from_str::<&RawValue>(text) {
         Ok(raw) => calls_raw(raw)?,
-        Err(_) => calls_value(&crate::toolcall::args::loads(text)?)?,
+        Err(_) => calls_value(&crate::toolcall::repair::loads(text)?)?,
     };
     (!calls.is_empty()).then_some(calls)
 }

@@ -158,7 +158,7 @@ fn literal(v: &str, schema: Option<&Value>) -> Value {
     }
     let quoted = v.len() >= 2 && v.starts_with('\'') && v.ends_with('\'');
     if (quoted || v.starts_with(['[', '{']))
-        && let Some(x) = crate::toolcall::args::loads(v)
+        && let Some(x) = crate::toolcall::repair::loads(v)
     {
         return x;
     }

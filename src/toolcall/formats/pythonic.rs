@@ -169,7 +169,7 @@ struct Py<'a> {
     s: &'a [u8],
     i: usize,
     /// Open brackets around the current value: deeper than
-    /// [`args::MAX_DEPTH`] is no call (and no stack overflow).
+    /// [`repair::MAX_DEPTH`](crate::toolcall::repair::MAX_DEPTH) is no call (and no stack overflow).
     depth: usize,
 }
 
@@ -322,7 +322,7 @@ impl Py<'_> {
 
     /// `read` one bracket deeper, within the limit.
     fn nested<T>(&mut self, read: impl FnOnce(&mut Self) -> R<T>) -> R<T> {
-        if self.depth >= crate::toolcall::args::MAX_DEPTH {
+        if self.depth >= crate::toolcall::repair::MAX_DEPTH {
             return Err(Fail::Bad);
         }
         self.depth += 1;
