@@ -21,7 +21,7 @@ pub async fn answer(
 ) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, ApiError> {
     match looping(s) {
         Some(tools) => {
-            let routes = super::dispatch::routes(s, &req.model)?;
+            let routes = super::route::routes(s, &req.model)?;
             super::agent::chunks(s.clone(), tools, routes, req).await
         }
         None => Ok(super::pipeline::start(s, req, false).await?.chunks(s)),
@@ -36,5 +36,13 @@ pub fn looping(s: &Core) -> Option<Arc<crate::tools::Registry>> {
 
 /// The first route of a model name (routes that cannot fall back: embeddings).
 pub fn route_for(s: &Core, model: &str) -> Result<Route, ApiError> {
-    Ok(super::dispatch::routes(s, model)?.swap_remove(0))
+    Ok(super::route::routes(s, model)?.swap_remove(0))
+}
+
+/// The exposed names of the server-side tools offered to the model (a front
+/// maps its hosted or typed tools onto them).
+pub async fn server_tool_names(s: &Core) -> Vec<String> {
+    let Some(registry) = s.tools.clone() else { return Vec::new() };
+    registry.ensure_started().await;
+    registry.catalog().offered().map(|e| e.spec.name.clone()).collect()
 }

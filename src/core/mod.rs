@@ -1,5 +1,5 @@
 //! One request's whole way through the proxy, whatever API front it came
-//! in by: routing and the fallback chain ([`dispatch`]), request rewriting
+//! in by: routing and the fallback chain ([`route`]), request rewriting
 //! and the upstream call (`provider`), the reasoning round trip
 //! ([`reasoning`]), normalization of the answer (`stream`, in [`pipeline`]),
 //! and the agent loop with server-side tools and skills ([`agent`]). What
@@ -10,9 +10,9 @@
 pub mod agent;
 pub mod answer;
 pub mod context;
-pub mod dispatch;
 pub mod pipeline;
 pub mod reasoning;
+pub mod route;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +21,7 @@ use crate::provider::Providers;
 use crate::provider::upstream::Upstream;
 use crate::state::StateStore;
 
-pub use answer::{answer, looping, route_for};
+pub use answer::{answer, looping, route_for, server_tool_names};
 pub use pipeline::{Out, Started, start};
 
 /// What every request's way needs, built once at startup.

@@ -83,11 +83,11 @@ pub struct Begun {
 
 /// The client's request on its model's route or fallback chain.
 pub async fn start(s: &Core, req: ChatRequest, as_is: bool) -> Result<Started, ApiError> {
-    let routes = super::dispatch::routes(s, &req.model)?;
+    let routes = super::route::routes(s, &req.model)?;
     Ok(begin(s, &routes, req, Reader::Client { as_is }).await?.started)
 }
 
-/// The one way to the upstream: `req` sent along `routes` ([`super::dispatch`]:
+/// The one way to the upstream: `req` sent along `routes` ([`super::route`]:
 /// fallback, retries, breaker, rewriting, measurement), and the answer in
 /// hand, normalized for the route that answered.
 pub async fn begin(s: &Core, routes: &[Route], req: ChatRequest, reader: Reader) -> Result<Begun, ApiError> {
@@ -98,8 +98,8 @@ pub async fn begin(s: &Core, routes: &[Route], req: ChatRequest, reader: Reader)
     let declares_tools = looping || req.declares_tools();
     let want_usage = !looping && client_stream && req.wants_usage();
     let single_call = !looping && req.extra.get("parallel_tool_calls") == Some(&Value::Bool(false));
-    let super::dispatch::Sent { route, index, plan, reply, conversation, turn } =
-        super::dispatch::send(s, routes, req).await?;
+    let super::route::Sent { route, index, plan, reply, conversation, turn } =
+        super::route::send(s, routes, req).await?;
     let provider = route.provider.clone();
     let tools = if plan.tools_offered { tool_index(&client_tools, &plan.names_back) } else { ToolIndex::default() };
     let settings = Settings {

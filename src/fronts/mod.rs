@@ -4,6 +4,7 @@
 //! knows its own wire types and the core, never another front.
 
 pub mod chat;
+pub mod drive;
 pub mod messages;
 pub mod responses;
 pub mod sse;

@@ -320,7 +320,7 @@ mod tests {
         let target = direct_uri("http://h:1/v1/chat/completions?api-version=2").map(|d| d.target);
         assert_eq!(target.as_ref().map(|t| t.to_string()).as_deref(), Some("/v1/chat/completions?api-version=2"));
         // Whether a cleartext URL goes direct also depends on the
-        // environment's proxies (tests/production.rs covers both ways).
+        // environment's proxies (tests/it/production.rs covers both ways).
     }
 
     /// Connections a test [`server`] accepted, and those the client closed.

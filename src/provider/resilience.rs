@@ -3,7 +3,7 @@
 //! errors, and a circuit breaker per provider ([`Breaker`], owned by the provider). Everything here happens
 //! before the first byte goes to the client: a stream is handed on only once
 //! its first event arrived, so a connection dropped before that is retried
-//! too. Fallback along an alias chain is one level up (`core/dispatch.rs`).
+//! too. Fallback along an alias chain is one level up (`core/route.rs`).
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -4,7 +4,7 @@
 //! [`crate::skills`]) — and the [`Registry`] that turns them into a
 //! [`Catalog`]: the exposed names, the OpenAI definitions offered to the
 //! model, the argument validators compiled once per catalog, and which tools
-//! wait for a skill to be read. [`dispatch`] runs calls against a catalog.
+//! wait for a skill to be read. [`batch`] runs calls against a catalog.
 //!
 //! The catalog is rebuilt only when an MCP server's tool list changes (a
 //! generation counter bumped on connect and on `tools/list_changed`) or the
@@ -13,7 +13,7 @@
 
 pub mod builtin;
 pub use crate::config::tools as config;
-pub mod dispatch;
+pub mod batch;
 pub mod mcp;
 mod mcp_session;
 pub mod skill;
@@ -29,8 +29,8 @@ use std::time::Duration;
 use crate::skills::gate::Locks;
 use crate::skills::{SkillSet, Skills};
 
+pub use batch::{CallOutcome, CallRequest, Status};
 pub use config::{McpConfig, McpServerConfig, SkillConfig, SkillMode, ToolsConfig};
-pub use dispatch::{CallOutcome, CallRequest, Status};
 pub use tool::{Content, Tool, ToolError, ToolOutput, ToolSpec, sanitize_name};
 
 /// Where a catalog entry comes from (for logs, `check` and traces).

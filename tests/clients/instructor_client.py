@@ -1,5 +1,5 @@
 """instructor's response_model over the OpenAI SDK pointed at modelshim (run
-by tests/clients.rs; scenario = upstream model name)."""
+by tests/it/clients.rs; scenario = upstream model name)."""
 import warnings
 
 import instructor

@@ -1,5 +1,5 @@
 """LangChain's ChatOpenAI and LangGraph's ReAct agent through modelshim
-(run by tests/clients.rs; scenario = upstream model name)."""
+(run by tests/it/clients.rs; scenario = upstream model name)."""
 import json
 import warnings
 

@@ -1,5 +1,5 @@
 """litellm as a client library (`openai/…` models with api_base = modelshim),
-run by tests/clients.rs; scenario = upstream model name."""
+run by tests/it/clients.rs; scenario = upstream model name."""
 import json
 import warnings
 

@@ -1,5 +1,5 @@
 """LlamaIndex's OpenAILike LLM and a FunctionAgent through modelshim (run by
-tests/clients.rs; scenario = upstream model name)."""
+tests/it/clients.rs; scenario = upstream model name)."""
 import asyncio
 import warnings
 

@@ -1,5 +1,5 @@
 """pydantic-ai agents on OpenAIChatModel with an OpenAI-compatible provider
-whose base_url is modelshim (run by tests/clients.rs; scenario = upstream
+whose base_url is modelshim (run by tests/it/clients.rs; scenario = upstream
 model name)."""
 import asyncio
 import warnings

@@ -1,6 +1,6 @@
 // The Vercel AI SDK (6.x and 7.x, one script) through modelshim: the
 // `@ai-sdk/openai-compatible` chat provider and the default `@ai-sdk/openai`
-// provider (Responses API). Run by tests/clients.rs from the npm folder of
+// provider (Responses API). Run by tests/it/clients.rs from the npm folder of
 // the major under test; scenario = upstream model name. Prints one line per
 // check and exits non-zero if any fails.
 import assert from "node:assert/strict";

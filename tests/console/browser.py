@@ -1,4 +1,4 @@
-"""The console in a real browser (tests/console.rs): Debian's Chromium under
+"""The console in a real browser (tests/it/console.rs): Debian's Chromium under
 Playwright. Signs in with the admin key, sends requests to the proxy (plain,
 streamed, a hidden server-tool loop, a failing upstream) while the list is
 open, sees them appear without a reload, opens the tool loop and reads its
@@ -99,6 +99,11 @@ def main():
         expect(call.locator(".result")).to_contain_text("+02:00")
         expect(call.locator(".badge")).to_have_text("ok")
         expect(page.locator(".tl.iteration")).to_have_count(2)
+        # What the model said in each iteration; the last one is the answer the client got.
+        expect(page.locator(".tl.model-turn")).to_have_count(2)
+        expect(page.locator(".tl.model-turn").first).to_contain_text("calls: current_time")
+        expect(page.locator(".tl.model-turn.final")).to_have_count(1)
+        expect(page.locator(".tl.model-turn.final .said")).to_contain_text("The tool said")
         page.screenshot(path=os.path.join(ART, "console-request.png"), full_page=True)
         page.click('button[data-tab="upstream"]')
         expect(page.locator("#body-upstream")).to_contain_text("call_t1")

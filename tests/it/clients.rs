@@ -5,7 +5,7 @@
 //! names the scenario). Each script under tests/clients/ asserts the exact
 //! parsed result its client hands the app. The clients are installed on
 //! first run under cargo's target tmp dir (venvs and npm folders, see
-//! tests/support/pyenv.rs).
+//! tests/it/support/pyenv.rs).
 //!
 //! Tests named `…_idless_…` need issue #27 item 1, `…_item_reference_…`
 //! item 2 (and 3), `…_reasoning_summary` item 4, `…_trace_modes` item 5 and

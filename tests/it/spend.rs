@@ -1,7 +1,7 @@
 //! Spend (docs/spend.md): the cost of each request from its usage, per-key
 //! token and cost budgets checked before the upstream is called, a stream
 //! the client cut still counted, and `GET /v1/usage`. Redis-shared budgets
-//! are in tests/redis_shared.rs.
+//! are in tests/it/redis_shared.rs.
 
 use crate::common;
 

@@ -27,7 +27,7 @@ const LAYERS: &[&[&str]] = &[
 ];
 
 /// Shared by the fronts: not a front.
-const FRONT_COMMON: &[&str] = &["sse"];
+const FRONT_COMMON: &[&str] = &["sse", "drive"];
 
 fn rank(module: &str) -> Option<usize> {
     LAYERS.iter().position(|l| l.contains(&module))

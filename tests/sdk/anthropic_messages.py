@@ -1,5 +1,5 @@
 """The official Anthropic Python SDK against modelshim's Messages front
-(tests/messages.rs runs it against its scripted upstream): messages.create
+(tests/it/messages.rs runs it against its scripted upstream): messages.create
 and messages.stream with text, a tool-use round trip (Hermes text calls),
 parallel tool use, thinking with a DeepSeek-like upstream that requires its
 reasoning back, an image, and errors as the SDK's exception classes."""

@@ -1,5 +1,5 @@
 // Conformance of modelshim with the official OpenAI Node SDK. Run by
-// tests/sdk.rs against a proxy whose upstream is a scripted wiremock server.
+// tests/it/sdk.rs against a proxy whose upstream is a scripted wiremock server.
 import OpenAI from "openai";
 
 const client = new OpenAI({ baseURL: process.env.MODELSHIM_BASE_URL, apiKey: "sk-test", maxRetries: 0, timeout: 20000 });

@@ -1,6 +1,6 @@
 """Conformance of modelshim with the official OpenAI Python SDK.
 
-Run by tests/sdk.rs against a proxy whose upstream is a scripted wiremock
+Run by tests/it/sdk.rs against a proxy whose upstream is a scripted wiremock
 server (scenario = model name). Prints one line per check and exits non-zero
 if any check fails.
 """

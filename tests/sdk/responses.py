@@ -143,7 +143,7 @@ def text_embedded_tool_call_is_recovered():
 def reasoning_round_trip_to_a_deepseek_like_upstream():
     # `v/deepseek` answers 400 unless the earlier tool-call turn carries its
     # reasoning_content (from the reasoning item, or the proxy's reasoning
-    # memory; tests/responses.rs checks the item alone on a fresh proxy).
+    # memory; tests/it/responses.rs checks the item alone on a fresh proxy).
     for stream in (False, True):
         items = [{"role": "user", "content": "Weather in Paris?"}]
         kw = dict(model="v/deepseek", tools=TOOLS, store=False)

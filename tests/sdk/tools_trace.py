@@ -1,4 +1,4 @@
-"""The official OpenAI Python SDK against the agent loop (run by tests/agent.rs).
+"""The official OpenAI Python SDK against the agent loop (run by tests/it/agent.rs).
 
 Without the trace header a streaming consumer sees nothing unusual: ordinary
 chunks, no hidden tool calls, no empty choices. With `x-modelshim-trace:

@@ -28,7 +28,7 @@
 //! to read.
 
 pub mod splice;
-pub mod trace;
+pub mod steps;
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
@@ -45,7 +45,7 @@ use crate::openai::{ChatRequest, Chunk, ChunkChoice, Delta, FunctionDelta, Messa
 use crate::provider::{ReasoningReplay, Route, UpstreamError};
 use crate::state::conversation::Chain;
 use crate::toolcall::ToolIndex;
-use crate::tools::dispatch::run_batch;
+use crate::tools::batch::run_batch;
 use crate::tools::{CallOutcome, CallRequest, Catalog, Registry, Status, ToolOutput};
 
 /// What the loop produces for the client.
@@ -274,6 +274,19 @@ impl Loop {
                           "server_tools": offered}));
     }
 
+    /// The console's timeline entry of what the model said in an iteration:
+    /// its text and calls; `last` marks the answer the client got.
+    fn show_turn(&self, iteration: u32, turn: &Turn, last: bool) {
+        let Some(c) = &self.shown else { return };
+        let calls: Vec<Value> = turn
+            .calls
+            .values()
+            .map(|k| json!({"id": k.id, "tool": k.name, "arguments": arguments_value(&k.arguments)}))
+            .collect();
+        c.timeline(json!({"type": "model_turn", "iteration": iteration, "text": turn.content, "calls": calls,
+                          "final": last, "finish_reason": turn.finish}));
+    }
+
     fn stream(self) -> impl Stream<Item = Result<Item, UpstreamError>> + Send {
         async_stream::stream! {
             let cfg = &self.registry.config;
@@ -347,6 +360,7 @@ impl Loop {
                 }
                 let (server, client): (Vec<Call>, Vec<Call>) =
                     turn.calls.values().cloned().partition(|c| offer.server.contains(&c.name));
+                self.show_turn(iteration, &turn, server.is_empty());
                 if server.is_empty() {
                     let finish = if client.is_empty() {
                         match turn.finish.as_deref() {
@@ -375,18 +389,18 @@ impl Loop {
                 let cap = deadline.saturating_duration_since(Instant::now());
                 if let Some(c) = &self.shown {
                     let calls: Vec<Value> = requests.iter().map(|r| json!({"id": r.id, "tool": r.name,
-                        "arguments": serde_json::from_str::<Value>(&r.arguments).unwrap_or_else(|_| json!(r.arguments))})).collect();
+                        "arguments": arguments_value(&r.arguments)})).collect();
                     c.timeline(json!({"type": "tool_calls_started", "iteration": iteration, "calls": calls}));
                 }
                 let outcomes = self.run_gated(requests, &offer.read, cap).await;
                 if let Some(c) = &self.shown {
                     for o in &outcomes {
-                        c.timeline(trace::console_entry(o, iteration, cfg.trace_result_chars));
+                        c.timeline(steps::console_entry(o, iteration, cfg.trace_result_chars));
                     }
                 }
                 if self.trace {
                     for o in &outcomes {
-                        yield Ok(Item::Trace(trace::entry(o, iteration, cfg.trace_result_chars)));
+                        yield Ok(Item::Trace(steps::entry(o, iteration, cfg.trace_result_chars)));
                     }
                 }
                 let all: Vec<Call> = turn.calls.values().cloned().collect();
@@ -670,6 +684,11 @@ fn merge_sum(t: &mut Value, u: &Value) {
         }
         _ => {}
     }
+}
+
+/// A call's arguments as shown: the JSON they hold, else the text.
+fn arguments_value(arguments: &str) -> Value {
+    serde_json::from_str(arguments).unwrap_or_else(|_| Value::String(arguments.to_string()))
 }
 
 /// A later iteration's failure, as the loop's stream carries it.

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::fronts::drive::Translate;
 use crate::openai::Chunk;
 use crate::provider::UpstreamError;
 
@@ -74,88 +75,6 @@ impl Builder {
             finish: None,
             matched: None,
             usage: None,
-        }
-    }
-
-    /// `message_start` and a `ping`.
-    pub fn start(&self) -> Vec<Value> {
-        let mut m = self.message_json(false);
-        m["usage"] = json!({"input_tokens": 0, "output_tokens": 0});
-        vec![json!({"type": "message_start", "message": m}), json!({"type": "ping"})]
-    }
-
-    pub fn push(&mut self, chunk: Chunk, out: &mut Vec<Value>) {
-        if let Some(u) = chunk.usage.filter(|u| !u.is_null()) {
-            self.usage = Some(u);
-        }
-        for ch in chunk.choices.into_iter().filter(|c| c.index == 0) {
-            let d = ch.delta;
-            if let Some(r) = d.reasoning_content.filter(|r| !r.is_empty()) {
-                let i = self.text_block(true, out);
-                if let Block::Thinking(t) = &mut self.blocks[i] {
-                    t.push_str(&r);
-                }
-                out.push(delta(i, json!({"type": "thinking_delta", "thinking": r})));
-            }
-            if let Some(t) = d.content.filter(|t| !t.is_empty()) {
-                let i = self.text_block(false, out);
-                if let Block::Text(s) = &mut self.blocks[i] {
-                    s.push_str(&t);
-                }
-                out.push(delta(i, json!({"type": "text_delta", "text": t})));
-            }
-            for tc in d.tool_calls.into_iter().flatten() {
-                let ix = tc.index.unwrap_or(0);
-                let f = tc.function.unwrap_or_default();
-                let args = match f.arguments {
-                    Some(Value::String(a)) => a,
-                    Some(Value::Null) | None => String::new(),
-                    Some(other) => other.to_string(),
-                };
-                let slot = match self.calls.get(&ix) {
-                    Some(&slot) => slot,
-                    None => {
-                        let id = tc.id.clone().unwrap_or_else(|| format!("toolu_{:016x}", fastrand::u64(..)));
-                        let name = f.name.clone().unwrap_or_default();
-                        let block = Block::ToolUse { id, name, input: String::new() };
-                        let slot = if self.open_call_unfinished() {
-                            self.waiting.push(block);
-                            Slot::Waiting(self.waiting.len() - 1)
-                        } else {
-                            self.settle(out);
-                            Slot::Block(self.open_block(block, out))
-                        };
-                        self.calls.insert(ix, slot);
-                        slot
-                    }
-                };
-                if args.is_empty() {
-                    continue;
-                }
-                match slot {
-                    Slot::Waiting(w) => {
-                        if let Some(Block::ToolUse { input, .. }) = self.waiting.get_mut(w) {
-                            input.push_str(&args);
-                        }
-                    }
-                    Slot::Block(i) => {
-                        if let Some(Block::ToolUse { input, .. }) = self.blocks.get_mut(i) {
-                            input.push_str(&args);
-                        }
-                        // A piece of a call whose block text or thinking closed
-                        // is in the final message only.
-                        if self.open && i + 1 == self.blocks.len() {
-                            out.push(delta(i, json!({"type": "input_json_delta", "partial_json": args})));
-                        }
-                    }
-                }
-            }
-            if let Some(s) = ch.extra.get("stop_reason").and_then(Value::as_str) {
-                self.matched = Some(s.to_string());
-            }
-            if ch.finish_reason.is_some() {
-                self.finish = ch.finish_reason;
-            }
         }
     }
 
@@ -238,17 +157,6 @@ impl Builder {
         out.push(json!({"type": "content_block_stop", "index": i}));
     }
 
-    /// The closing events: the last block's stop, `message_delta`, `message_stop`.
-    pub fn finish(&mut self) -> Vec<Value> {
-        let mut out = Vec::new();
-        self.settle(&mut out);
-        let (reason, seq) = self.stop();
-        out.push(json!({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": seq},
-            "usage": self.usage_json()}));
-        out.push(json!({"type": "message_stop"}));
-        out
-    }
-
     /// `stop_reason` and `stop_sequence` from the chat finish reason.
     fn stop(&self) -> (&'static str, Value) {
         let called = self.blocks.iter().chain(&self.waiting).any(|b| matches!(b, Block::ToolUse { .. }));
@@ -293,12 +201,6 @@ impl Builder {
     pub fn message(&self) -> Value {
         self.message_json(true)
     }
-
-    /// The in-band `error` event for an upstream failure mid-stream.
-    pub fn fail(e: &UpstreamError) -> Value {
-        let (status, obj) = e.to_openai();
-        super::error_json(status.as_u16(), &obj.message)
-    }
 }
 
 fn delta(index: usize, d: Value) -> Value {
@@ -317,6 +219,104 @@ fn block_json(b: &Block) -> Value {
             };
             json!({"type": "tool_use", "id": id, "name": name, "input": parsed})
         }
+    }
+}
+
+impl Translate for Builder {
+    /// `message_start` and a `ping`.
+    fn start(&mut self) -> Vec<Value> {
+        let mut m = self.message_json(false);
+        m["usage"] = json!({"input_tokens": 0, "output_tokens": 0});
+        vec![json!({"type": "message_start", "message": m}), json!({"type": "ping"})]
+    }
+    fn push(&mut self, chunk: Chunk, out: &mut Vec<Value>) {
+        if let Some(u) = chunk.usage.filter(|u| !u.is_null()) {
+            self.usage = Some(u);
+        }
+        for ch in chunk.choices.into_iter().filter(|c| c.index == 0) {
+            let d = ch.delta;
+            if let Some(r) = d.reasoning_content.filter(|r| !r.is_empty()) {
+                let i = self.text_block(true, out);
+                if let Block::Thinking(t) = &mut self.blocks[i] {
+                    t.push_str(&r);
+                }
+                out.push(delta(i, json!({"type": "thinking_delta", "thinking": r})));
+            }
+            if let Some(t) = d.content.filter(|t| !t.is_empty()) {
+                let i = self.text_block(false, out);
+                if let Block::Text(s) = &mut self.blocks[i] {
+                    s.push_str(&t);
+                }
+                out.push(delta(i, json!({"type": "text_delta", "text": t})));
+            }
+            for tc in d.tool_calls.into_iter().flatten() {
+                let ix = tc.index.unwrap_or(0);
+                let f = tc.function.unwrap_or_default();
+                let args = match f.arguments {
+                    Some(Value::String(a)) => a,
+                    Some(Value::Null) | None => String::new(),
+                    Some(other) => other.to_string(),
+                };
+                let slot = match self.calls.get(&ix) {
+                    Some(&slot) => slot,
+                    None => {
+                        let id = tc.id.clone().unwrap_or_else(|| format!("toolu_{:016x}", fastrand::u64(..)));
+                        let name = f.name.clone().unwrap_or_default();
+                        let block = Block::ToolUse { id, name, input: String::new() };
+                        let slot = if self.open_call_unfinished() {
+                            self.waiting.push(block);
+                            Slot::Waiting(self.waiting.len() - 1)
+                        } else {
+                            self.settle(out);
+                            Slot::Block(self.open_block(block, out))
+                        };
+                        self.calls.insert(ix, slot);
+                        slot
+                    }
+                };
+                if args.is_empty() {
+                    continue;
+                }
+                match slot {
+                    Slot::Waiting(w) => {
+                        if let Some(Block::ToolUse { input, .. }) = self.waiting.get_mut(w) {
+                            input.push_str(&args);
+                        }
+                    }
+                    Slot::Block(i) => {
+                        if let Some(Block::ToolUse { input, .. }) = self.blocks.get_mut(i) {
+                            input.push_str(&args);
+                        }
+                        // A piece of a call whose block text or thinking closed
+                        // is in the final message only.
+                        if self.open && i + 1 == self.blocks.len() {
+                            out.push(delta(i, json!({"type": "input_json_delta", "partial_json": args})));
+                        }
+                    }
+                }
+            }
+            if let Some(s) = ch.extra.get("stop_reason").and_then(Value::as_str) {
+                self.matched = Some(s.to_string());
+            }
+            if ch.finish_reason.is_some() {
+                self.finish = ch.finish_reason;
+            }
+        }
+    }
+    /// The closing events: the last block's stop, `message_delta`, `message_stop`.
+    fn finish(&mut self) -> Vec<Value> {
+        let mut out = Vec::new();
+        self.settle(&mut out);
+        let (reason, seq) = self.stop();
+        out.push(json!({"type": "message_delta", "delta": {"stop_reason": reason, "stop_sequence": seq},
+            "usage": self.usage_json()}));
+        out.push(json!({"type": "message_stop"}));
+        out
+    }
+    /// The in-band `error` event for an upstream failure mid-stream.
+    fn fail(&mut self, e: &UpstreamError) -> Value {
+        let (status, obj) = e.to_openai();
+        super::error_json(status.as_u16(), &obj.message)
     }
 }
 

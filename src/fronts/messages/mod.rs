@@ -17,10 +17,9 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use futures_util::StreamExt;
 use serde_json::{Value, json};
 
-use super::sse::Event;
+use super::drive;
 use crate::core::Core;
 use crate::error::ApiError;
 use events::Builder;
@@ -89,9 +88,10 @@ async fn server_tool_names(s: &Core, body: &[u8]) -> Vec<String> {
             .and_then(Value::as_array)
             .map(|tools| tools.iter().any(|t| t.get("type").and_then(Value::as_str).is_some_and(|k| k != "custom")))
     });
-    let Some(registry) = s.tools.clone().filter(|_| typed == Some(true)) else { return Vec::new() };
-    registry.ensure_started().await;
-    registry.catalog().offered().map(|e| e.spec.name.clone()).collect()
+    if typed != Some(true) {
+        return Vec::new();
+    }
+    crate::core::server_tool_names(s).await
 }
 
 async fn parse(s: &Core, body: &[u8]) -> Result<request::Request, ApiError> {
@@ -116,40 +116,13 @@ pub async fn create(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response,
     let mut b = Builder::new(&req.model, req.stop_sequences.clone());
     // Returns once the upstream answered: an upstream that fails at once
     // gets its HTTP status here.
-    let mut chunks = crate::core::answer(&s, req.chat).await?;
+    let chunks = crate::core::answer(&s, req.chat).await?;
     if !req.stream {
-        let mut out = Vec::new();
-        while let Some(c) = chunks.next().await {
-            b.push(c.map_err(ApiError::from)?, &mut out);
-            out.clear();
-        }
+        drive::whole(&mut b, chunks).await.map_err(ApiError::from)?;
         return Ok(Json(b.message()).into_response());
     }
-    let events = async_stream::stream! {
-        for e in b.start() {
-            yield event(&e);
-        }
-        let mut out = Vec::new();
-        while let Some(c) = chunks.next().await {
-            match c {
-                Ok(c) => {
-                    b.push(c, &mut out);
-                    for e in out.drain(..) {
-                        yield event(&e);
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the upstream failed mid-stream");
-                    yield event(&Builder::fail(&e));
-                    return;
-                }
-            }
-        }
-        for e in b.finish() {
-            yield event(&e);
-        }
-    };
-    Ok(super::sse::response(events))
+    let end: drive::Then<Builder> = Box::new(|_, closing| Box::pin(async move { closing }));
+    Ok(super::sse::response(drive::events(b, chunks, end)))
 }
 
 /// An estimate of the request's input tokens: a quarter of the characters of
@@ -179,11 +152,6 @@ fn text_chars(v: &Value) -> usize {
         Value::Array(parts) => parts.iter().map(|p| p.get("text").map_or(0, text_chars)).sum(),
         _ => 0,
     }
-}
-
-/// One event as SSE: `event: <type>` and the JSON.
-fn event(e: &Value) -> Event {
-    Event::named(e["type"].as_str().unwrap_or("message"), &e.to_string())
 }
 
 /// A model list (OpenAI's entries) in Anthropic's shape, for `GET

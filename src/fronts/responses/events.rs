@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 
 use super::names::Names;
+use crate::fronts::drive::Translate;
 use crate::openai::Chunk;
 use crate::provider::UpstreamError;
 
@@ -181,89 +182,6 @@ impl Builder {
         self.event(kind, body)
     }
 
-    /// `response.created` and `response.in_progress`.
-    pub fn start(&mut self) -> Vec<Value> {
-        let r = self.response.clone();
-        let mut created = Map::new();
-        created.insert("response".into(), r.clone());
-        let mut progress = Map::new();
-        progress.insert("response".into(), r);
-        vec![self.event("response.created", created), self.event("response.in_progress", progress)]
-    }
-
-    /// The events of one normalized chunk (choice 0 only: Responses has one).
-    pub fn push(&mut self, chunk: Chunk, out: &mut Vec<Value>) {
-        if let Some(u) = chunk.usage.filter(|u| !u.is_null()) {
-            self.usage = Some(u);
-        }
-        for ch in chunk.choices.into_iter().filter(|c| c.index == 0) {
-            let d = ch.delta;
-            if let Some(r) = d.reasoning_content.filter(|r| !r.is_empty()) {
-                let i = self.text_item(true, out);
-                if let Kind::Reasoning { text, .. } = &mut self.items[i].kind {
-                    text.push_str(&r);
-                }
-                if self.summary {
-                    let ev =
-                        self.at("response.reasoning_summary_text.delta", i, json!({"summary_index": 0, "delta": r}));
-                    out.push(ev);
-                }
-                let ev = self.at("response.reasoning_text.delta", i, json!({"content_index": 0, "delta": r}));
-                out.push(ev);
-            }
-            if let Some(t) = d.content.filter(|t| !t.is_empty()) {
-                let i = self.text_item(false, out);
-                if let Kind::Message { text } = &mut self.items[i].kind {
-                    text.push_str(&t);
-                }
-                let ev =
-                    self.at("response.output_text.delta", i, json!({"content_index": 0, "delta": t, "logprobs": []}));
-                out.push(ev);
-            }
-            for tc in d.tool_calls.into_iter().flatten() {
-                let ix = tc.index.unwrap_or(0);
-                let f = tc.function.unwrap_or_default();
-                let i = match self.calls.get(&ix) {
-                    Some(&i) => i,
-                    None => {
-                        self.close_text(out);
-                        let call_id = tc.id.clone().unwrap_or_else(crate::openai::new_call_id);
-                        let flat = f.name.clone().unwrap_or_default();
-                        let (name, namespace, custom) = match self.names.target(&flat) {
-                            Some(t) => (t.name.clone(), t.namespace.clone(), t.custom),
-                            None => (flat, None, false),
-                        };
-                        let prefix = if custom { "ctc" } else { "fc" };
-                        let item = Item {
-                            id: new_id(prefix),
-                            kind: Kind::Call { call_id, name, namespace, custom, arguments: String::new() },
-                            done: false,
-                        };
-                        let i = self.open(item, out);
-                        self.calls.insert(ix, i);
-                        i
-                    }
-                };
-                if let Some(Value::String(a)) = f.arguments.filter(|a| a.as_str().is_some_and(|a| !a.is_empty())) {
-                    let mut custom = false;
-                    if let Kind::Call { arguments, custom: c, .. } = &mut self.items[i].kind {
-                        arguments.push_str(&a);
-                        custom = *c;
-                    }
-                    // A custom call's input is known only whole (it is one
-                    // argument of the JSON): it comes with the item's `done`.
-                    if !custom {
-                        let ev = self.at("response.function_call_arguments.delta", i, json!({"delta": a}));
-                        out.push(ev);
-                    }
-                }
-            }
-            if ch.finish_reason.is_some() {
-                self.finish = ch.finish_reason;
-            }
-        }
-    }
-
     /// The open reasoning (or message) item, opened (closing others) when
     /// the last item is not one.
     fn text_item(&mut self, reasoning: bool, out: &mut Vec<Value>) -> usize {
@@ -368,49 +286,12 @@ impl Builder {
         self.items.iter().map(|it| it.json(if it.done { "completed" } else { "incomplete" }, self.summary)).collect()
     }
 
-    /// Closes every item and settles the response object (status, output,
-    /// usage); returns the closing events, without the terminal event
-    /// (see [`Builder::terminal`]), so the caller can store the response
-    /// first.
-    pub fn finish(&mut self) -> Vec<Value> {
-        let mut out = Vec::new();
-        self.close_all(&mut out);
-        let incomplete = match self.finish.as_deref() {
-            Some("length") => Some("max_output_tokens"),
-            Some("content_filter") => Some("content_filter"),
-            _ => None,
-        };
-        let output = self.output();
-        let usage = self.usage.as_ref().map(usage);
-        let r = &mut self.response;
-        r["status"] = json!(if incomplete.is_some() { "incomplete" } else { "completed" });
-        r["incomplete_details"] = incomplete.map_or(Value::Null, |reason| json!({"reason": reason}));
-        r["output"] = Value::Array(output);
-        r["usage"] = usage.unwrap_or(Value::Null);
-        r["completed_at"] = json!(crate::openai::now());
-        out
-    }
-
     /// `response.completed` (or `response.incomplete`) after [`Builder::finish`].
     pub fn terminal(&mut self) -> Value {
         let kind = if self.response["status"] == "incomplete" { "response.incomplete" } else { "response.completed" };
         let mut body = Map::new();
         body.insert("response".into(), self.response.clone());
         self.event(kind, body)
-    }
-
-    /// `response.failed` for an upstream failure mid-stream.
-    pub fn fail(&mut self, e: &UpstreamError) -> Value {
-        let (status, obj) = e.to_openai();
-        let code = if status.as_u16() == 429 { "rate_limit_exceeded" } else { "server_error" };
-        let output = self.output();
-        let r = &mut self.response;
-        r["status"] = json!("failed");
-        r["output"] = Value::Array(output);
-        r["error"] = json!({"code": code, "message": obj.message, "type": obj.kind, "param": obj.param});
-        let mut body = Map::new();
-        body.insert("response".into(), self.response.clone());
-        self.event("response.failed", body)
     }
 
     /// The response object as it stands.
@@ -437,6 +318,125 @@ pub fn usage(u: &Value) -> Value {
         "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": total,
     })
+}
+
+impl Translate for Builder {
+    /// `response.created` and `response.in_progress`.
+    fn start(&mut self) -> Vec<Value> {
+        let r = self.response.clone();
+        let mut created = Map::new();
+        created.insert("response".into(), r.clone());
+        let mut progress = Map::new();
+        progress.insert("response".into(), r);
+        vec![self.event("response.created", created), self.event("response.in_progress", progress)]
+    }
+    /// The events of one normalized chunk (choice 0 only: Responses has one).
+    fn push(&mut self, chunk: Chunk, out: &mut Vec<Value>) {
+        if let Some(u) = chunk.usage.filter(|u| !u.is_null()) {
+            self.usage = Some(u);
+        }
+        for ch in chunk.choices.into_iter().filter(|c| c.index == 0) {
+            let d = ch.delta;
+            if let Some(r) = d.reasoning_content.filter(|r| !r.is_empty()) {
+                let i = self.text_item(true, out);
+                if let Kind::Reasoning { text, .. } = &mut self.items[i].kind {
+                    text.push_str(&r);
+                }
+                if self.summary {
+                    let ev =
+                        self.at("response.reasoning_summary_text.delta", i, json!({"summary_index": 0, "delta": r}));
+                    out.push(ev);
+                }
+                let ev = self.at("response.reasoning_text.delta", i, json!({"content_index": 0, "delta": r}));
+                out.push(ev);
+            }
+            if let Some(t) = d.content.filter(|t| !t.is_empty()) {
+                let i = self.text_item(false, out);
+                if let Kind::Message { text } = &mut self.items[i].kind {
+                    text.push_str(&t);
+                }
+                let ev =
+                    self.at("response.output_text.delta", i, json!({"content_index": 0, "delta": t, "logprobs": []}));
+                out.push(ev);
+            }
+            for tc in d.tool_calls.into_iter().flatten() {
+                let ix = tc.index.unwrap_or(0);
+                let f = tc.function.unwrap_or_default();
+                let i = match self.calls.get(&ix) {
+                    Some(&i) => i,
+                    None => {
+                        self.close_text(out);
+                        let call_id = tc.id.clone().unwrap_or_else(crate::openai::new_call_id);
+                        let flat = f.name.clone().unwrap_or_default();
+                        let (name, namespace, custom) = match self.names.target(&flat) {
+                            Some(t) => (t.name.clone(), t.namespace.clone(), t.custom),
+                            None => (flat, None, false),
+                        };
+                        let prefix = if custom { "ctc" } else { "fc" };
+                        let item = Item {
+                            id: new_id(prefix),
+                            kind: Kind::Call { call_id, name, namespace, custom, arguments: String::new() },
+                            done: false,
+                        };
+                        let i = self.open(item, out);
+                        self.calls.insert(ix, i);
+                        i
+                    }
+                };
+                if let Some(Value::String(a)) = f.arguments.filter(|a| a.as_str().is_some_and(|a| !a.is_empty())) {
+                    let mut custom = false;
+                    if let Kind::Call { arguments, custom: c, .. } = &mut self.items[i].kind {
+                        arguments.push_str(&a);
+                        custom = *c;
+                    }
+                    // A custom call's input is known only whole (it is one
+                    // argument of the JSON): it comes with the item's `done`.
+                    if !custom {
+                        let ev = self.at("response.function_call_arguments.delta", i, json!({"delta": a}));
+                        out.push(ev);
+                    }
+                }
+            }
+            if ch.finish_reason.is_some() {
+                self.finish = ch.finish_reason;
+            }
+        }
+    }
+    /// Closes every item and settles the response object (status, output,
+    /// usage); returns the closing events, without the terminal event
+    /// (see [`Builder::terminal`]), so the caller can store the response
+    /// first.
+    fn finish(&mut self) -> Vec<Value> {
+        let mut out = Vec::new();
+        self.close_all(&mut out);
+        let incomplete = match self.finish.as_deref() {
+            Some("length") => Some("max_output_tokens"),
+            Some("content_filter") => Some("content_filter"),
+            _ => None,
+        };
+        let output = self.output();
+        let usage = self.usage.as_ref().map(usage);
+        let r = &mut self.response;
+        r["status"] = json!(if incomplete.is_some() { "incomplete" } else { "completed" });
+        r["incomplete_details"] = incomplete.map_or(Value::Null, |reason| json!({"reason": reason}));
+        r["output"] = Value::Array(output);
+        r["usage"] = usage.unwrap_or(Value::Null);
+        r["completed_at"] = json!(crate::openai::now());
+        out
+    }
+    /// `response.failed` for an upstream failure mid-stream.
+    fn fail(&mut self, e: &UpstreamError) -> Value {
+        let (status, obj) = e.to_openai();
+        let code = if status.as_u16() == 429 { "rate_limit_exceeded" } else { "server_error" };
+        let output = self.output();
+        let r = &mut self.response;
+        r["status"] = json!("failed");
+        r["output"] = Value::Array(output);
+        r["error"] = json!({"code": code, "message": obj.message, "type": obj.kind, "param": obj.param});
+        let mut body = Map::new();
+        body.insert("response".into(), self.response.clone());
+        self.event("response.failed", body)
+    }
 }
 
 #[cfg(test)]

@@ -20,15 +20,11 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::response::{IntoResponse, Response};
-use futures_util::StreamExt;
-use futures_util::stream::BoxStream;
 use serde_json::{Value, json};
 
-use super::sse::Event;
+use super::drive::{self, Translate as _};
 use crate::core::Core;
 use crate::error::ApiError;
-use crate::openai::Chunk;
-use crate::provider::UpstreamError;
 use crate::state::sealed::OpenError;
 use events::{Builder, new_id};
 use request::Request;
@@ -133,12 +129,7 @@ pub async fn create(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response,
         return Ok(stream(s, builder, chunks, items, new, req.store.then_some(owner)));
     }
     let mut b = builder;
-    let mut chunks = chunks;
-    let mut events = Vec::new();
-    while let Some(c) = chunks.next().await {
-        b.push(c?, &mut events);
-        events.clear();
-    }
+    drive::whole(&mut b, chunks).await?;
     b.finish();
     if req.store {
         save(&s, owner.as_deref(), &b, items, new).await;
@@ -188,12 +179,8 @@ pub async fn compact(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response
     chat.tools = None;
     chat.extra.remove("tool_choice");
     let mut b = Builder::new(json!({"id": new_id("resp"), "output": []}));
-    let mut chunks = crate::core::answer(&s, chat).await?;
-    let mut events = Vec::new();
-    while let Some(c) = chunks.next().await {
-        b.push(c?, &mut events);
-        events.clear();
-    }
+    let chunks = crate::core::answer(&s, chat).await?;
+    drive::whole(&mut b, chunks).await?;
     b.finish();
     let r = b.response();
     let summary: String = r["output"]
@@ -305,9 +292,10 @@ async fn server_tool_names(s: &Core, req: &Request) -> Vec<String> {
     let hosted = req.body.get("tools").and_then(Value::as_array).is_some_and(|tools| {
         tools.iter().any(|t| t.get("type").and_then(Value::as_str).is_some_and(|k| k != "function"))
     });
-    let Some(registry) = s.tools.clone().filter(|_| hosted) else { return Vec::new() };
-    registry.ensure_started().await;
-    registry.catalog().offered().map(|e| e.spec.name.clone()).collect()
+    if !hosted {
+        return Vec::new();
+    }
+    crate::core::server_tool_names(s).await
 }
 
 /// Stores the finished response with the conversation up to it.
@@ -352,52 +340,26 @@ fn skeleton(req: &Request, id: &str) -> Value {
     })
 }
 
-/// One Responses event as SSE: `event: <type>` and the JSON.
-fn event(e: &Value) -> Event {
-    Event::named(e["type"].as_str().unwrap_or("message"), &e.to_string())
-}
-
 /// The event stream. An upstream failure mid-stream is `response.failed`;
 /// the response is stored before its last events go out, so a client that
 /// sends the next turn the moment it sees `response.completed` finds it.
 fn stream(
     s: Arc<Core>,
-    mut b: Builder,
-    chunks: BoxStream<'static, Result<Chunk, UpstreamError>>,
+    b: Builder,
+    chunks: drive::Chunks,
     items: Vec<Value>,
     new: usize,
     // Stored for this proxy key (`Some(None)` with auth off), or not stored.
     keep: Option<Option<String>>,
 ) -> Response {
-    let events = async_stream::stream! {
-        for e in b.start() {
-            yield event(&e);
-        }
-        let mut chunks = chunks;
-        let mut out = Vec::new();
-        while let Some(c) = chunks.next().await {
-            match c {
-                Ok(c) => {
-                    b.push(c, &mut out);
-                    for e in out.drain(..) {
-                        yield event(&e);
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "the upstream failed mid-stream");
-                    yield event(&b.fail(&e));
-                    return;
-                }
+    let end: drive::Then<Builder> = Box::new(move |mut b, mut closing| {
+        Box::pin(async move {
+            if let Some(owner) = &keep {
+                save(&s, owner.as_deref(), &b, items, new).await;
             }
-        }
-        let closing = b.finish();
-        if let Some(owner) = &keep {
-            save(&s, owner.as_deref(), &b, items, new).await;
-        }
-        for e in closing {
-            yield event(&e);
-        }
-        yield event(&b.terminal());
-    };
-    super::sse::response(events)
+            closing.push(b.terminal());
+            closing
+        })
+    });
+    super::sse::response(drive::events(b, chunks, end))
 }

@@ -63,7 +63,7 @@ pub fn agents_env() -> PathBuf {
     pinned_env("venv-agents", &[format!("openai=={PYTHON_OPENAI}"), format!("openai-agents=={PYTHON_AGENTS}")], &probe)
 }
 
-/// The official Anthropic Python SDK (tests/messages.rs), in a venv of its own.
+/// The official Anthropic Python SDK (tests/it/messages.rs), in a venv of its own.
 #[allow(dead_code)]
 pub const PYTHON_ANTHROPIC: &str = "2.15.0";
 
@@ -74,7 +74,7 @@ pub fn anthropic_env() -> PathBuf {
     pinned_env("venv-anthropic", &pins, &pins_probe(&pins))
 }
 
-/// The client libraries of tests/clients.rs that work with [`PYTHON_OPENAI`]
+/// The client libraries of tests/it/clients.rs that work with [`PYTHON_OPENAI`]
 /// (LangChain 1.x, LangGraph, litellm, pydantic-ai), pinned.
 #[allow(dead_code)]
 pub const PYTHON_CLIENTS: &[&str] = &[

@@ -252,6 +252,13 @@
             h("div", {}, h("div", { class: "label", text: "arguments" }), h("pre", { class: "args", text: prettyValue(e.arguments) })),
             h("div", {}, h("div", { class: "label", text: "result" + (e.truncated ? " (cut)" : "") }), h("pre", { class: "result", text: pretty(e.result) }),
               (e.image_urls || []).map((u) => h("img", { src: u, alt: "image returned by " + e.tool })))))));
+      } else if (e.type === "model_turn") {
+        items.push(h("div", { class: "tl model-turn" + (e.final ? " final" : "") }, h("div", { class: "panel card" },
+          h("div", { class: "title" }, h("span", { class: "name", text: e.final ? "Answer" : "Model" }),
+            e.final ? h("span", { class: "badge ok", text: "final" }) : null,
+            h("span", { class: "iter", text: "iteration " + e.iteration + (e.finish_reason ? " · " + e.finish_reason : "") })),
+          e.text ? h("pre", { class: "said", text: e.text }) : null,
+          (e.calls || []).length ? h("div", { class: "sub", text: "calls: " + e.calls.map((c) => c.tool).join(", ") }) : null)));
       } else if (e.type === "loop_stopped") {
         items.push(h("div", { class: "tl stopped" }, h("div", { class: "panel card" },
           h("div", { class: "title" }, h("span", { class: "name", text: "Loop stopped" }), h("span", { class: "badge warn", text: e.reason })),
