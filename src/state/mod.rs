@@ -10,6 +10,7 @@
 pub mod conversation;
 mod memory;
 mod redis;
+mod redis_conn;
 pub mod sealed;
 
 use std::num::NonZeroU32;
@@ -19,6 +20,7 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 pub use self::redis::RedisStore;
+pub use self::redis_conn::secrets as redis_secrets;
 pub use memory::MemoryStore;
 
 /// Errors of a state backend. Callers log them and go on without the state
@@ -84,6 +86,32 @@ pub enum RateDecision {
 }
 
 pub use crate::config::state::StateConfig;
+
+/// The hash tag that keeps keys of one group in one Redis Cluster slot:
+/// every key that one script or multi-key command touches (a proxy key's
+/// spend counters, …) starts with the same `slot_group(…)`, else a cluster
+/// refuses the call (CROSSSLOT). A cluster hashes only what is between the
+/// first `{` and the next `}`, so the group is escaped (`%`, `{`, `}`
+/// percent-encoded) and never empty: distinct groups stay distinct keys.
+/// Keys read or written alone need no group.
+pub fn slot_group(group: &str) -> String {
+    let mut out = String::with_capacity(group.len() + 3);
+    out.push('{');
+    for c in group.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
+    if group.is_empty() {
+        // `{}` would hash the whole key; `%` alone is no escaped group's.
+        out.push('%');
+    }
+    out.push('}');
+    out
+}
 
 /// Namespaces in use, so keys of different features never collide.
 pub mod ns {
