@@ -126,3 +126,36 @@ pub mod ns {
     /// Spend counters of proxy keys per day and month.
     pub const SPEND: &str = "spend";
 }
+
+#[cfg(test)]
+mod tests {
+    use super::slot_group;
+
+    /// What a Redis Cluster hashes of `key`: between the first `{` and the
+    /// next `}` if that is not empty, else the whole key.
+    fn hashed(key: &str) -> &str {
+        if let Some(open) = key.find('{')
+            && let Some(len) = key[open + 1..].find('}')
+            && len > 0
+        {
+            return &key[open + 1..open + 1 + len];
+        }
+        key
+    }
+
+    #[test]
+    fn a_groups_keys_hash_alike_and_groups_stay_apart() {
+        for group in ["alice", "", "a}b", "{x}", "%7D", "}", "team:b"] {
+            let g = slot_group(group);
+            let day = format!("modelshim:spend:{g}:tokens:day:2026-12-03");
+            let month = format!("modelshim:spend:{g}:cost:month:2026-12");
+            assert_eq!(hashed(&day), hashed(&month), "{group:?}");
+            assert_ne!(hashed(&day), day, "a real tag for {group:?}");
+        }
+        assert_eq!(slot_group("alice"), "{alice}");
+        // Escaping is injective: names that look alike are different groups.
+        let all: Vec<String> = ["a}b", "a%7Db", "a", "", "%", "%25"].iter().map(|g| slot_group(g)).collect();
+        let unique: std::collections::HashSet<&String> = all.iter().collect();
+        assert_eq!(unique.len(), all.len(), "{all:?}");
+    }
+}
