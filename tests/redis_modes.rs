@@ -23,6 +23,8 @@ use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
 
 const ALICE: &str = "sk-alice-redis-modes";
+/// A key without budgets.
+const BOB: &str = "sk-bob-redis-modes";
 
 /// Server processes of one test, killed on drop (with their temp dir).
 struct Servers {
@@ -79,6 +81,13 @@ impl Servers {
         std::fs::read_to_string(self.path(&format!("redis-{port}.log"))).unwrap_or_default()
     }
 
+    fn kill_all(&mut self) {
+        for (_, c) in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     fn kill(&mut self, port: u16) {
         for (p, c) in &mut self.children {
             if *p == port {
@@ -119,15 +128,20 @@ async fn upstream() -> MockServer {
 }
 
 /// The config of both processes: key `alice` with 50 tokens a day, and the
-/// `[state]` lines under test.
+/// `[state]` lines under test. With prices, so each of alice's four
+/// counters exists (a migrating slot serves a script over several keys only
+/// once all of them have moved: TRYAGAIN before).
 fn config(upstream: &str, state: &str) -> String {
     format!(
         r#"
 [providers.v]
 base_url = "{upstream}/v1"
 models = ["m"]
+[providers.v.prices."m"]
+input = 1.0
+output = 2.0
 [auth]
-keys = [{{ key = "{ALICE}", name = "alice", tokens_per_day = 50 }}]
+keys = [{{ key = "{ALICE}", name = "alice", tokens_per_day = 50 }}, {{ key = "{BOB}", name = "bob" }}]
 [state]
 {state}
 "#
@@ -192,6 +206,21 @@ async fn second_half(a: &Proxy, b: &Proxy, server: &MockServer, id: &str) {
         assert_eq!(body["error"]["code"], "insufficient_quota");
     }
     assert_eq!(server.received_requests().await.unwrap().len(), 2, "the refusals never reached the upstream");
+}
+
+/// Every Redis server gone: `p` still serves (bob gets his answer, a
+/// stored response just is not stored), alice is still refused from what
+/// `p` counted itself, each within the bounded Redis wait, and the gauge
+/// says the store is down.
+async fn serves_degraded(p: &Proxy) {
+    let t = Instant::now();
+    let body = json!({"model": "v/m", "input": "while Redis is away"});
+    let r = p.http.post(p.url("/v1/responses")).bearer_auth(BOB).json(&body).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    assert_eq!(chat(p).await.0, 429, "alice's budget, enforced from the local count");
+    assert!(t.elapsed() < Duration::from_secs(6), "the store's waits are bounded: {:?}", t.elapsed());
+    let m = reqwest::get(p.url("/metrics")).await.unwrap().text().await.unwrap();
+    assert!(m.contains("modelshim_state_backend_up{backend=\"redis\"} 0"), "{m}");
 }
 
 /// Both processes' logs: they name the store and never hold `secret`.
@@ -344,8 +373,9 @@ fn owner_and_replica(port: u16, pw: &str, key: &str) -> (u16, u16) {
 }
 
 /// A three-master cluster (each with a replica) with a password: the spend
-/// counters of a key (one script, several keys) share a slot; the master of
-/// that slot fails over and dies between the two halves.
+/// counters of a key (one script, several keys) share a slot; between the
+/// two halves that slot migrates to another master (ASK, then MOVED), whose
+/// replica then takes over while the master dies.
 #[tokio::test]
 async fn a_three_master_cluster_two_processes_share_state_across_a_failover() {
     let mut servers = Servers::new();
@@ -403,9 +433,46 @@ async fn a_three_master_cluster_two_processes_share_state_across_a_failover() {
     let b = serve_process(&config(&server.uri(), &state), &env).await;
     let id = first_half(&a.proxy, &b.proxy).await;
 
+    // Alice's slot moves to another master. Mid-migration (keys moved, slot
+    // not yet handed over) the old owner answers ASK; after it, MOVED.
+    let (owner, _) = owner_and_replica(ports[0], pw, "alice");
+    let masters: Vec<u16> =
+        ports.iter().copied().filter(|&p| cli(p, Some(pw), &["ROLE"]).starts_with("master")).collect();
+    let target = *masters.iter().find(|&&p| p != owner).unwrap();
+    let slot = cli(owner, Some(pw), &["CLUSTER", "KEYSLOT", "alice"]).trim().to_string();
+    let id_of = |p: u16| cli(p, Some(pw), &["CLUSTER", "MYID"]).trim().to_string();
+    let (owner_id, target_id) = (id_of(owner), id_of(target));
+    assert!(cli(target, Some(pw), &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &owner_id]).contains("OK"));
+    assert!(cli(owner, Some(pw), &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]).contains("OK"));
+    let keys = cli(owner, Some(pw), &["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+    let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
+    assert!(keys.iter().all(|k| k.starts_with("modelshim:spend:{alice}:")) && keys.len() == 4, "{keys:?}");
+    let target_port = target.to_string();
+    let mut migrate = vec!["MIGRATE", "127.0.0.1", &target_port, "", "0", "5000", "AUTH", pw, "KEYS"];
+    migrate.extend(keys.iter().copied());
+    assert!(cli(owner, Some(pw), &migrate).contains("OK"));
+    // The counters script, sent to the old owner, is asked over; then moved.
+    // (A process that failed to reach them would still show what it saw
+    // last: no Redis error may have been counted.)
+    let no_errors = |p: &Proxy| {
+        let url = p.url("/metrics");
+        async move {
+            let m = reqwest::get(url).await.unwrap().text().await.unwrap();
+            assert!(!m.contains("modelshim_state_errors_total"), "{m}");
+        }
+    };
+    tokens_become(&a.proxy, 30).await;
+    no_errors(&a.proxy).await;
+    for &p in &masters {
+        assert!(cli(p, Some(pw), &["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]).contains("OK"));
+    }
+    tokens_become(&b.proxy, 30).await;
+    no_errors(&b.proxy).await;
+
     // The master of alice's counters hands over to its replica (a manual
     // failover waits for the replica to catch up), then dies.
     let (master, replica) = owner_and_replica(ports[0], pw, "alice");
+    assert_eq!(master, target);
     assert!(cli(replica, Some(pw), &["CLUSTER", "FAILOVER"]).contains("OK"));
     wait_until(10, "the replica took over", || cli(replica, Some(pw), &["ROLE"]).starts_with("master"));
     servers.kill(master);
@@ -415,6 +482,8 @@ async fn a_three_master_cluster_two_processes_share_state_across_a_failover() {
     });
 
     second_half(&a.proxy, &b.proxy, &server, &id).await;
+    servers.kill_all();
+    serves_degraded(&a.proxy).await;
     logs_keep_secret(&[&a, &b], pw);
 }
 
@@ -474,4 +543,6 @@ async fn sentinel_master_and_replica_two_processes_follow_a_failover() {
     second_half(&a.proxy, &b.proxy, &server, &id).await;
     // What was written after the failover is on the new master.
     assert!(!cli(r, None, &["KEYS", "modelshim:spend:*"]).trim().is_empty());
+    servers.kill_all();
+    serves_degraded(&b.proxy).await;
 }
