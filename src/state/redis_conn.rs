@@ -407,3 +407,62 @@ pub(super) fn worth_resending(e: &RedisError) -> bool {
         || e.is_unrecoverable_error()
         || e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(toml_text: &str) -> StateConfig {
+        toml::from_str(toml_text).unwrap()
+    }
+
+    fn refused(toml_text: &str) -> String {
+        match Conn::new(&config(toml_text), Duration::from_millis(100)) {
+            Err(StateError::Unavailable(e)) => e,
+            Err(e) => panic!("{e}"),
+            Ok(_) => panic!("accepted: {toml_text}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn misconfigurations_are_refused_at_start_without_the_password() {
+        let e = refused("redis_url = \"redis://h:1\"\nredis_cluster = [\"redis://h:2\"]");
+        assert!(e.contains("one of redis_url, redis_cluster and redis_sentinel"), "{e}");
+        let e = refused("redis_url = \"redis://h:1\"\nredis_tls_insecure = true");
+        assert!(e.contains("need a rediss:// URL"), "{e}");
+        let e = refused("redis_url = \"rediss://h:1\"\nredis_cert_file = \"/c.pem\"");
+        assert!(e.contains("go together"), "{e}");
+        let e = refused("redis_cluster = [\"rediss://h:1\", \"redis://h:2\"]");
+        assert!(e.contains("every node rediss://"), "{e}");
+        let e = refused("redis_sentinel = { master = \"m\", nodes = [] }");
+        assert!(e.contains("nodes is empty"), "{e}");
+        let e = refused("redis_url = \"rediss://u@h:1\"\nredis_password_env = \"MODELSHIM_TEST_UNSET_REDIS_PW_48\"");
+        assert!(e.contains("MODELSHIM_TEST_UNSET_REDIS_PW_48 is not set"), "{e}");
+        let e = refused("redis_url = \"rediss://u:hunter2-secret@h:1\"\nredis_ca_file = \"/nonexistent/ca.pem\"");
+        assert!(e.contains("redis_ca_file") && !e.contains("hunter2"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn each_form_is_described_without_its_password() {
+        let (_, d) =
+            Conn::new(&config("redis_url = \"rediss://app:hunter2-secret@h:6380/\""), Duration::from_millis(100))
+                .unwrap();
+        assert_eq!(d, "rediss://app@h:6380 (password set)");
+        let (_, d) =
+            Conn::new(&config("redis_cluster = [\"redis://a:1\", \"redis://b:2\"]"), Duration::from_millis(100))
+                .unwrap();
+        assert_eq!(d, "cluster of 2 seed node(s), first redis://a:1");
+        let s = "redis_sentinel = { master = \"mymaster\", nodes = [\"redis://s:26379\"] }";
+        let (_, d) = Conn::new(&config(s), Duration::from_millis(100)).unwrap();
+        assert_eq!(d, "master \"mymaster\" of 1 sentinel(s), first redis://s:26379");
+        let insecure = "redis_url = \"rediss://h:1\"\nredis_tls_insecure = true";
+        let (_, d) = Conn::new(&config(insecure), Duration::from_millis(100)).unwrap();
+        assert!(d.ends_with("(TLS NOT VERIFIED)"), "{d}");
+        // Passwords of every form go to the redactor.
+        let all = config(
+            "redis_cluster = [\"redis://:pw-in-a-cluster-url@a:1\"]\n\
+             redis_sentinel = { master = \"m\", nodes = [\"redis://u:pw-in-a-sentinel-url@s:1\"] }",
+        );
+        assert_eq!(secrets(&all), ["pw-in-a-cluster-url", "pw-in-a-sentinel-url"]);
+    }
+}
