@@ -23,7 +23,7 @@ use redis::{
 use super::StateError;
 use crate::config::state::{SentinelConfig, StateConfig};
 
-/// What a URL names, with the settings every form shares applied.
+/// The TLS settings of `[state]`, the same for every form.
 struct Tls {
     /// CA and client certificate, when configured.
     certs: Option<TlsCertificates>,
@@ -49,6 +49,9 @@ enum Link {
     Node(MultiplexedConnection),
 }
 
+/// A link made on first use. The lock is held while connecting, so
+/// concurrent commands wait for one connect (each within its own bound)
+/// rather than each making its own.
 pub(super) struct Lazy {
     state: tokio::sync::Mutex<LazyState>,
     /// Connection and response timeout of a sentinel's master link.
