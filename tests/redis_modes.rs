@@ -98,14 +98,16 @@ impl Servers {
     }
 }
 
-/// `redis-cli -p port args…` (plain TCP), its stdout.
-fn cli(port: u16, auth: Option<&str>, args: &[&str]) -> String {
-    let mut c = Command::new("redis-cli");
-    c.args(["-h", "127.0.0.1", "-p", &port.to_string()]);
-    if let Some(pw) = auth {
-        c.args(["-a", pw, "--no-auth-warning"]);
-    }
-    let out = c.args(args).stderr(Stdio::inherit()).output().expect("redis-cli (apt-get install redis-tools)");
+/// `redis-cli -p port` with options `o` (auth, TLS) and `args`, its stdout
+/// (within 20 s: redis-cli itself waits for ever).
+fn cli(port: u16, o: &[&str], args: &[&str]) -> String {
+    let out = Command::new("timeout")
+        .args(["20", "redis-cli", "-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(o)
+        .args(args)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("redis-cli (apt-get install redis-tools)");
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -249,7 +251,9 @@ fn make_certs(dir: &Path) {
         &["-keyout", "ca.key", "-out", "ca.crt", "-days", "2", "-subj", "/CN=modelshim test CA"],
     ]
     .concat());
-    std::fs::write(dir.join("server.ext"), "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n").unwrap();
+    // clientAuth too: cluster nodes present it to each other on the TLS bus.
+    std::fs::write(dir.join("server.ext"), "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
+        .unwrap();
     std::fs::write(dir.join("client.ext"), "extendedKeyUsage=clientAuth\n").unwrap();
     for who in ["server", "client"] {
         let (key, csr, crt, ext) =
@@ -349,9 +353,9 @@ async fn tls_and_an_acl_user_two_processes_share_state() {
 }
 
 /// The node that owns `key`'s slot, and its replica, from CLUSTER NODES.
-fn owner_and_replica(port: u16, pw: &str, key: &str) -> (u16, u16) {
-    let slot: u32 = cli(port, Some(pw), &["CLUSTER", "KEYSLOT", key]).trim().parse().unwrap();
-    let nodes = cli(port, Some(pw), &["CLUSTER", "NODES"]);
+fn owner_and_replica(port: u16, o: &[&str], key: &str) -> (u16, u16) {
+    let slot: u32 = cli(port, o, &["CLUSTER", "KEYSLOT", key]).trim().parse().unwrap();
+    let nodes = cli(port, o, &["CLUSTER", "NODES"]);
     let port_of = |addr: &str| addr.split(['@', ':']).nth(1).unwrap().parse::<u16>().unwrap();
     let master = nodes
         .lines()
@@ -372,19 +376,38 @@ fn owner_and_replica(port: u16, pw: &str, key: &str) -> (u16, u16) {
     (port_of(master[1]), port_of(replica[1]))
 }
 
-/// A three-master cluster (each with a replica) with a password: the spend
+/// A three-master cluster (each with a replica), TLS only, with a password: the spend
 /// counters of a key (one script, several keys) share a slot; between the
 /// two halves that slot migrates to another master (ASK, then MOVED), whose
 /// replica then takes over while the master dies.
 #[tokio::test]
 async fn a_three_master_cluster_two_processes_share_state_across_a_failover() {
     let mut servers = Servers::new();
+    make_certs(servers.dir.path());
     let pw = "pw-of-the-cluster-48";
+    let ca = servers.path("ca.crt").display().to_string();
+    let o: &[&str] = &["--tls", "--cacert", &ca, "-a", pw, "--no-auth-warning"];
     let ports: Vec<u16> = (0..6).map(|_| free_port()).collect();
     for &port in &ports {
+        let p = |n: &str| servers.path(n).display().to_string();
+        // TLS only: clients, the cluster bus and replication.
         let args: Vec<String> = [
             "--port",
+            "0",
+            "--tls-port",
             &port.to_string(),
+            "--tls-cluster",
+            "yes",
+            "--tls-replication",
+            "yes",
+            "--tls-cert-file",
+            &p("server.crt"),
+            "--tls-key-file",
+            &p("server.key"),
+            "--tls-ca-cert-file",
+            &p("ca.crt"),
+            "--tls-auth-clients",
+            "no",
             "--bind",
             "127.0.0.1",
             "--save",
@@ -393,6 +416,9 @@ async fn a_three_master_cluster_two_processes_share_state_across_a_failover() {
             "no",
             "--cluster-enabled",
             "yes",
+            // The bus port defaults to port + 10000, out of range for high ports.
+            "--cluster-port",
+            &free_port().to_string(),
             "--cluster-config-file",
             &format!("nodes-{port}.conf"),
             "--cluster-node-timeout",
@@ -407,17 +433,19 @@ async fn a_three_master_cluster_two_processes_share_state_across_a_failover() {
         servers.start(port, &args);
     }
     let addrs: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-    let out = Command::new("redis-cli")
-        .args(["-a", pw, "--no-auth-warning", "--cluster", "create"])
+    let out = Command::new("timeout")
+        .args(["30", "redis-cli"])
+        .args(o)
+        .args(["--cluster", "create"])
         .args(&addrs)
         .args(["--cluster-replicas", "1", "--cluster-yes"])
         .output()
         .unwrap();
     assert!(out.status.success(), "cluster create: {}", String::from_utf8_lossy(&out.stdout));
     wait_until(20, "the cluster is ok on every node with every replica in sync", || {
-        ports.iter().all(|&p| cli(p, Some(pw), &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+        ports.iter().all(|&p| cli(p, o, &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
             && ports.iter().all(|&p| {
-                let info = cli(p, Some(pw), &["INFO", "replication"]);
+                let info = cli(p, o, &["INFO", "replication"]);
                 info.contains("role:master") || info.contains("master_link_status:up")
             })
     });
@@ -425,7 +453,8 @@ async fn a_three_master_cluster_two_processes_share_state_across_a_failover() {
     let server = upstream().await;
     // Two seed nodes are enough: the rest are discovered.
     let state = format!(
-        "redis_cluster = [\"redis://127.0.0.1:{}\", \"redis://127.0.0.1:{}\"]\nredis_password_env = \"MODES_CLUSTER_PASSWORD\"\n",
+        "redis_cluster = [\"rediss://127.0.0.1:{}\", \"rediss://127.0.0.1:{}\"]\n\
+         redis_password_env = \"MODES_CLUSTER_PASSWORD\"\nredis_ca_file = \"{ca}\"\n",
         ports[0], ports[1]
     );
     let env = [("MODES_CLUSTER_PASSWORD", pw), VERBOSE];
@@ -435,22 +464,21 @@ async fn a_three_master_cluster_two_processes_share_state_across_a_failover() {
 
     // Alice's slot moves to another master. Mid-migration (keys moved, slot
     // not yet handed over) the old owner answers ASK; after it, MOVED.
-    let (owner, _) = owner_and_replica(ports[0], pw, "alice");
-    let masters: Vec<u16> =
-        ports.iter().copied().filter(|&p| cli(p, Some(pw), &["ROLE"]).starts_with("master")).collect();
+    let (owner, _) = owner_and_replica(ports[0], o, "alice");
+    let masters: Vec<u16> = ports.iter().copied().filter(|&p| cli(p, o, &["ROLE"]).starts_with("master")).collect();
     let target = *masters.iter().find(|&&p| p != owner).unwrap();
-    let slot = cli(owner, Some(pw), &["CLUSTER", "KEYSLOT", "alice"]).trim().to_string();
-    let id_of = |p: u16| cli(p, Some(pw), &["CLUSTER", "MYID"]).trim().to_string();
+    let slot = cli(owner, o, &["CLUSTER", "KEYSLOT", "alice"]).trim().to_string();
+    let id_of = |p: u16| cli(p, o, &["CLUSTER", "MYID"]).trim().to_string();
     let (owner_id, target_id) = (id_of(owner), id_of(target));
-    assert!(cli(target, Some(pw), &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &owner_id]).contains("OK"));
-    assert!(cli(owner, Some(pw), &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]).contains("OK"));
-    let keys = cli(owner, Some(pw), &["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
+    assert!(cli(target, o, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &owner_id]).contains("OK"));
+    assert!(cli(owner, o, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]).contains("OK"));
+    let keys = cli(owner, o, &["CLUSTER", "GETKEYSINSLOT", &slot, "100"]);
     let keys: Vec<&str> = keys.lines().filter(|k| !k.is_empty()).collect();
     assert!(keys.iter().all(|k| k.starts_with("modelshim:spend:{alice}:")) && keys.len() == 4, "{keys:?}");
     let target_port = target.to_string();
     let mut migrate = vec!["MIGRATE", "127.0.0.1", &target_port, "", "0", "5000", "AUTH", pw, "KEYS"];
     migrate.extend(keys.iter().copied());
-    assert!(cli(owner, Some(pw), &migrate).contains("OK"));
+    assert!(cli(owner, o, &migrate).contains("OK"));
     // The counters script, sent to the old owner, is asked over; then moved.
     // (A process that failed to reach them would still show what it saw
     // last: no Redis error may have been counted.)
@@ -464,21 +492,21 @@ async fn a_three_master_cluster_two_processes_share_state_across_a_failover() {
     tokens_become(&a.proxy, 30).await;
     no_errors(&a.proxy).await;
     for &p in &masters {
-        assert!(cli(p, Some(pw), &["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]).contains("OK"));
+        assert!(cli(p, o, &["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]).contains("OK"));
     }
     tokens_become(&b.proxy, 30).await;
     no_errors(&b.proxy).await;
 
     // The master of alice's counters hands over to its replica (a manual
     // failover waits for the replica to catch up), then dies.
-    let (master, replica) = owner_and_replica(ports[0], pw, "alice");
+    let (master, replica) = owner_and_replica(ports[0], o, "alice");
     assert_eq!(master, target);
-    assert!(cli(replica, Some(pw), &["CLUSTER", "FAILOVER"]).contains("OK"));
-    wait_until(10, "the replica took over", || cli(replica, Some(pw), &["ROLE"]).starts_with("master"));
+    assert!(cli(replica, o, &["CLUSTER", "FAILOVER"]).contains("OK"));
+    wait_until(10, "the replica took over", || cli(replica, o, &["ROLE"]).starts_with("master"));
     servers.kill(master);
     let seed = *ports.iter().find(|p| **p != master).unwrap();
     wait_until(10, "the cluster is ok without the old master", || {
-        cli(seed, Some(pw), &["CLUSTER", "INFO"]).contains("cluster_state:ok")
+        cli(seed, o, &["CLUSTER", "INFO"]).contains("cluster_state:ok")
     });
 
     second_half(&a.proxy, &b.proxy, &server, &id).await;
@@ -504,7 +532,7 @@ async fn sentinel_master_and_replica_two_processes_follow_a_failover() {
     replica.extend(["--replicaof", "127.0.0.1", &m.to_string()].map(String::from));
     servers.start(r, &replica);
     wait_until(10, "the replica is in sync", || {
-        cli(r, None, &["INFO", "replication"]).contains("master_link_status:up")
+        cli(r, &[], &["INFO", "replication"]).contains("master_link_status:up")
     });
     // A sentinel rewrites its config file: one of its own in the temp dir.
     let conf = servers.path("sentinel.conf");
@@ -518,7 +546,7 @@ async fn sentinel_master_and_replica_two_processes_follow_a_failover() {
     .unwrap();
     servers.start(s, &[conf.display().to_string(), "--sentinel".into()]);
     wait_until(20, "the sentinel knows the replica", || {
-        cli(s, None, &["SENTINEL", "REPLICAS", "mymaster"]).contains(&r.to_string())
+        cli(s, &[], &["SENTINEL", "REPLICAS", "mymaster"]).contains(&r.to_string())
     });
 
     let server = upstream().await;
@@ -528,21 +556,21 @@ async fn sentinel_master_and_replica_two_processes_follow_a_failover() {
     let id = first_half(&a.proxy, &b.proxy).await;
 
     // Everything written so far is on the replica before it is promoted.
-    assert_eq!(cli(m, None, &["WAIT", "1", "2000"]).trim(), "1");
-    let out = cli(s, None, &["SENTINEL", "FAILOVER", "mymaster"]);
+    assert_eq!(cli(m, &[], &["WAIT", "1", "2000"]).trim(), "1");
+    let out = cli(s, &[], &["SENTINEL", "FAILOVER", "mymaster"]);
     assert!(out.contains("OK"), "SENTINEL FAILOVER: {out}");
     // Clients learn the new master when the failover is over (SENTINEL
     // MASTERS names it; until then it names the old one).
     wait_until(15, "the sentinel names the replica as master", || {
-        let masters = cli(s, None, &["SENTINEL", "MASTERS"]);
+        let masters = cli(s, &[], &["SENTINEL", "MASTERS"]);
         masters.contains(&format!("port\n{r}\n")) && !masters.contains("failover_in_progress")
     });
-    wait_until(10, "the replica is master", || cli(r, None, &["ROLE"]).starts_with("master"));
+    wait_until(10, "the replica is master", || cli(r, &[], &["ROLE"]).starts_with("master"));
     servers.kill(m);
 
     second_half(&a.proxy, &b.proxy, &server, &id).await;
     // What was written after the failover is on the new master.
-    assert!(!cli(r, None, &["KEYS", "modelshim:spend:*"]).trim().is_empty());
+    assert!(!cli(r, &[], &["KEYS", "modelshim:spend:*"]).trim().is_empty());
     servers.kill_all();
     serves_degraded(&b.proxy).await;
 }
