@@ -79,6 +79,7 @@ impl AppState {
         let mut secrets: Vec<String> = providers.iter().filter_map(|p| p.api_key().map(str::to_string)).collect();
         secrets.extend(auth::raw_keys(config.auth.as_ref()));
         secrets.extend(crate::state::sealed::Keyring::secrets_in_env(&config.responses.reasoning_keys_env));
+        secrets.extend(crate::state::redis_secrets(&config.state));
         let console = console::Site::new(&config.console, &mut secrets);
         let redactor = crate::redact::install(secrets);
         if let Some(dir) = record {
@@ -87,9 +88,11 @@ impl AppState {
                 .map_err(|e| ConfigError::Invalid(e.to_string()))?;
             upstream = upstream.with_recorder(recorder);
         }
-        let store: Arc<dyn StateStore> = match &config.state.redis_url {
-            Some(url) => Arc::new(crate::state::RedisStore::new(url).map_err(|e| ConfigError::Invalid(e.to_string()))?),
-            None => Arc::new(MemoryStore::bounded(config.state.max_entries, config.state.max_bytes)),
+        let store: Arc<dyn StateStore> = if config.state.uses_redis() {
+            let store = crate::state::RedisStore::from_config(&config.state);
+            Arc::new(store.map_err(|e| ConfigError::Invalid(e.to_string()))?)
+        } else {
+            Arc::new(MemoryStore::bounded(config.state.max_entries, config.state.max_bytes))
         };
         let auth = auth::Auth::new(config.auth.as_ref(), config.limits.max_concurrent_per_key)
             .map_err(ConfigError::Invalid)?;

@@ -75,8 +75,11 @@ pub struct Used {
     pub cost_month: i64,
 }
 
+/// The counters of `key` in the periods `p`, and when each expires. They
+/// share one slot group: one script updates them together (on a cluster too).
 fn names(key: &str, p: &Periods) -> [(String, u64); 4] {
-    let d = |what: &str, period: &str, ends: u64| (format!("{key}:{what}:{period}"), ends + GRACE_SECS);
+    let group = crate::state::slot_group(key);
+    let d = |what: &str, period: &str, ends: u64| (format!("{group}:{what}:{period}"), ends + GRACE_SECS);
     [
         d(WHAT[0], &p.day, p.day_ends),
         d(WHAT[1], &p.day, p.day_ends),

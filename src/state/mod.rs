@@ -10,6 +10,7 @@
 pub mod conversation;
 mod memory;
 mod redis;
+mod redis_conn;
 pub mod sealed;
 
 use std::num::NonZeroU32;
@@ -19,6 +20,7 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 pub use self::redis::RedisStore;
+pub use self::redis_conn::secrets as redis_secrets;
 pub use memory::MemoryStore;
 
 /// Errors of a state backend. Callers log them and go on without the state
@@ -85,6 +87,32 @@ pub enum RateDecision {
 
 pub use crate::config::state::StateConfig;
 
+/// The hash tag that keeps keys of one group in one Redis Cluster slot:
+/// every key that one script or multi-key command touches (a proxy key's
+/// spend counters, …) starts with the same `slot_group(…)`, else a cluster
+/// refuses the call (CROSSSLOT). A cluster hashes only what is between the
+/// first `{` and the next `}`, so the group is escaped (`%`, `{`, `}`
+/// percent-encoded) and never empty: distinct groups stay distinct keys.
+/// Keys read or written alone need no group.
+pub fn slot_group(group: &str) -> String {
+    let mut out = String::with_capacity(group.len() + 3);
+    out.push('{');
+    for c in group.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            c => out.push(c),
+        }
+    }
+    if group.is_empty() {
+        // `{}` would hash the whole key; `%` alone is no escaped group's.
+        out.push('%');
+    }
+    out.push('}');
+    out
+}
+
 /// Namespaces in use, so keys of different features never collide.
 pub mod ns {
     /// Reasoning of assistant turns that made tool calls.
@@ -97,4 +125,37 @@ pub mod ns {
     pub const RESPONSE_ITEMS: &str = "response_items";
     /// Spend counters of proxy keys per day and month.
     pub const SPEND: &str = "spend";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::slot_group;
+
+    /// What a Redis Cluster hashes of `key`: between the first `{` and the
+    /// next `}` if that is not empty, else the whole key.
+    fn hashed(key: &str) -> &str {
+        if let Some(open) = key.find('{')
+            && let Some(len) = key[open + 1..].find('}')
+            && len > 0
+        {
+            return &key[open + 1..open + 1 + len];
+        }
+        key
+    }
+
+    #[test]
+    fn a_groups_keys_hash_alike_and_groups_stay_apart() {
+        for group in ["alice", "", "a}b", "{x}", "%7D", "}", "team:b"] {
+            let g = slot_group(group);
+            let day = format!("modelshim:spend:{g}:tokens:day:2026-12-03");
+            let month = format!("modelshim:spend:{g}:cost:month:2026-12");
+            assert_eq!(hashed(&day), hashed(&month), "{group:?}");
+            assert_ne!(hashed(&day), day, "a real tag for {group:?}");
+        }
+        assert_eq!(slot_group("alice"), "{alice}");
+        // Escaping is injective: names that look alike are different groups.
+        let all: Vec<String> = ["a}b", "a%7Db", "a", "", "%", "%25"].iter().map(|g| slot_group(g)).collect();
+        let unique: std::collections::HashSet<&String> = all.iter().collect();
+        assert_eq!(unique.len(), all.len(), "{all:?}");
+    }
 }

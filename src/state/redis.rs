@@ -1,5 +1,5 @@
-//! The shared store for several replicas: Redis through the redis crate's
-//! `ConnectionManager` (one multiplexed connection, reconnecting by itself).
+//! The shared store for several replicas: Redis as one server, a cluster or
+//! behind Sentinel (`redis_conn.rs`: one connection type for the three).
 //! Every operation is bounded in time; when Redis is down, operations fail
 //! fast with [`StateError::Unavailable`], callers go on without the state
 //! (degraded, still serving), the `modelshim_state_backend_up` gauge shows 0
@@ -11,10 +11,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use serde_json::Value;
 
+use super::redis_conn::{self, Conn};
 use super::{RateDecision, StateError, StateStore};
+use crate::config::state::StateConfig;
 
 /// Longest time one Redis operation may take before the request goes on
 /// without it.
@@ -60,24 +61,29 @@ return out
 /// Conversation state in Redis, under `modelshim:{ns}:{key}`; shared rate
 /// budgets under `modelshim:rate:{bucket}`.
 pub struct RedisStore {
-    conn: ConnectionManager,
+    conn: Conn,
     up: AtomicBool,
     gcra: redis::Script,
     counters: redis::Script,
 }
 
 impl RedisStore {
-    /// Connects lazily: a Redis that is down at startup does not stop the
-    /// server.
+    /// One Redis server at `url` (see [`RedisStore::from_config`]).
     pub fn new(url: &str) -> Result<Self, StateError> {
-        let client = redis::Client::open(url).map_err(|e| StateError::Unavailable(format!("redis url: {e}")))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(OP_TIMEOUT))
-            .set_response_timeout(Some(OP_TIMEOUT))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(200));
-        let conn = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(|e| StateError::Unavailable(format!("redis: {e}")))?;
+        Self::from_config(&StateConfig { redis_url: Some(url.to_string()), ..StateConfig::default() })
+    }
+
+    /// The store `[state]` describes (`redis_url`, `redis_cluster` or
+    /// `redis_sentinel`, with TLS and the password). Connects lazily: a
+    /// Redis that is down at startup does not stop the server.
+    pub fn from_config(config: &StateConfig) -> Result<Self, StateError> {
+        let (conn, described) = Conn::new(config, OP_TIMEOUT)?;
+        if config.redis_tls_insecure {
+            tracing::warn!(
+                "[state] redis_tls_insecure: the Redis server's certificate is NOT verified (test setups only)"
+            );
+        }
+        tracing::info!(redis = %described, "shared state in redis");
         crate::metrics::state_up("redis", true);
         Ok(RedisStore {
             conn,
@@ -88,14 +94,15 @@ impl RedisStore {
     }
 
     /// Runs an idempotent command (GET, SET, DEL). A command that failed on
-    /// a connection that had died (Redis restarted) is sent once more on the
-    /// manager's new one: otherwise the first write after a restart was lost
-    /// while the client was told it was stored.
+    /// a connection that had died (Redis restarted) or on a master demoted
+    /// by a failover is sent once more on the new connection: otherwise the
+    /// first write after a restart was lost while the client was told it was
+    /// stored.
     async fn run<T: redis::FromRedisValue>(&self, op: &'static str, cmd: redis::Cmd) -> Result<T, StateError> {
         let mut conn = self.conn.clone();
         self.bounded(op, async move {
             match cmd.query_async::<T>(&mut conn).await {
-                Err(e) if e.is_connection_dropped() || e.is_io_error() || e.is_unrecoverable_error() => {
+                Err(e) if redis_conn::worth_resending(&e) => {
                     tracing::debug!(error = %e, op, "redis connection lost; sending once more on a new one");
                     cmd.query_async::<T>(&mut conn).await
                 }
@@ -136,6 +143,10 @@ impl RedisStore {
     }
 }
 
+/// The Redis key of `key` in namespace `ns`. Keys that one script or
+/// multi-key command touches together must hash to one cluster slot: name
+/// them with [`super::slot_group`] (the part between the first `{` and `}`
+/// is all a cluster hashes; `ns` never holds a brace).
 fn key(ns: &str, key: &str) -> String {
     format!("modelshim:{ns}:{key}")
 }

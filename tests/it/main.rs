@@ -21,6 +21,7 @@ mod providers;
 mod proxy;
 mod reasoning;
 mod reasoning_calls;
+mod redis_modes;
 mod redis_shared;
 mod replay;
 mod responses;
