@@ -480,3 +480,65 @@ async fn redis_killed_mid_run_counts_locally_and_reconciles_after_the_restart() 
     }
     assert_eq!(server.received_requests().await.unwrap().len(), 2, "the 429 never reached the upstream");
 }
+
+/// Issue 44, item 1: 30 requests at once over two replicas sharing one
+/// redis-server, on a key with `tokens_per_day = 100`, the upstream taking
+/// 1 s and 15 tokens each. Both replicas reserve in Redis (one script)
+/// before sending: what is served stays within the budget plus one request.
+#[tokio::test]
+async fn two_replicas_hold_one_budget_under_concurrency() {
+    let redis = start_redis();
+    let server = MockServer::start().await;
+    let mut c = completion(json!({"role": "assistant", "content": "ok"}), "stop");
+    c["usage"] = json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15});
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(c).set_delay(Duration::from_secs(1)))
+        .mount(&server)
+        .await;
+    let auth = r#"[auth]
+keys = [{ key = "sk-race-shared-01", name = "race", tokens_per_day = 100 }]"#;
+    let (a, _) = replica_with(&server.uri(), redis.port, "", auth).await;
+    let (b, _) = replica_with(&server.uri(), redis.port, "", auth).await;
+    let mut tasks = Vec::new();
+    for i in 0..30 {
+        let p = if i % 2 == 0 { &a } else { &b };
+        let (http, url) = (p.http.clone(), p.url("/v1/chat/completions"));
+        tasks.push(tokio::spawn(async move {
+            let body = json!({"model": "v/m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]});
+            let r = http.post(url).bearer_auth("sk-race-shared-01").json(&body).send().await.unwrap();
+            let st = r.status().as_u16();
+            (st, r.json::<serde_json::Value>().await.unwrap_or_default())
+        }));
+    }
+    let (mut served, mut refusal) = (0, None);
+    for t in tasks {
+        match t.await.unwrap() {
+            (200, _) => served += 1,
+            (429, body) => refusal = Some(body),
+            (st, body) => panic!("{st}: {body}"),
+        }
+    }
+    assert!(served >= 1 && served * 15 <= 100 + 15, "{served} served: {} tokens of a 100 budget", served * 15);
+    let msg = refusal.expect("some were refused")["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("at most one request"), "{msg}");
+    // Settled from the real usage in Redis, seen by both.
+    let t = Instant::now();
+    loop {
+        let r = b.http.get(b.url("/v1/usage")).bearer_auth("sk-race-shared-01").send().await.unwrap();
+        let u: serde_json::Value = r.json().await.unwrap();
+        if u["today"]["tokens"] == served as u64 * 15 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "{u}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // Every key the budget script touches shares one hash tag (one Redis
+    // Cluster slot).
+    let keys = Command::new("redis-cli").args(["-p", &redis.port.to_string(), "--scan"]).output().unwrap();
+    let keys = String::from_utf8_lossy(&keys.stdout).to_string();
+    let spend: Vec<&str> = keys.lines().filter(|k| k.contains("spend")).collect();
+    assert!(!spend.is_empty(), "{keys}");
+    let tag = |k: &str| k.split_once('{').and_then(|(_, r)| r.split_once('}')).map(|(t, _)| t.to_string());
+    let first = tag(spend[0]).unwrap_or_else(|| panic!("no hash tag in {}", spend[0]));
+    assert!(spend.iter().all(|k| tag(k).as_deref() == Some(first.as_str())), "{spend:?}");
+}
