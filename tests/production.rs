@@ -1424,6 +1424,8 @@ async fn connections_per_address_are_capped() {
     let (url, _) = scripted(vec![], Act::Stream { n: 1, gap: Duration::ZERO, size: 1 }).await;
     let (addr, stop, server) = serve_with(&url, Duration::from_secs(5), Some(1), |c| {
         c.limits.max_connections_per_ip = 2;
+        // The test's client is on loopback, exempt by default.
+        c.limits.cap_loopback_connections = true;
         c.limits.header_read_timeout_secs = 30.0;
     })
     .await;

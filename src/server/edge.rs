@@ -53,7 +53,7 @@ pub struct Edge {
 impl Edge {
     pub fn new(auth: Auth, limits: LimitsConfig, ledger: Ledger) -> Self {
         let global = limits.max_concurrent.filter(|n| *n > 0).map(|n| Arc::new(Semaphore::new(n as usize)));
-        let peers = super::shutdown::Peers::new(limits.max_connections_per_ip);
+        let peers = super::shutdown::Peers::new(limits.max_connections_per_ip, limits.cap_loopback_connections);
         let ledger = Arc::new(ledger);
         Edge { auth, limits, global, cut: CancellationToken::new(), tracker: TaskTracker::new(), peers, ledger }
     }
@@ -400,6 +400,7 @@ where
         ctx.spend.set_counted();
     }
     ctx.spend.request_bytes(body_len);
+    ctx.spend.usage_cap(edge.limits.max_usage_tokens);
     let mut done = Done {
         shown: shown.clone(),
         ctx: ctx.clone(),
