@@ -29,6 +29,7 @@ use tracing::Instrument;
 use super::Shared;
 use super::auth::{Auth, AuthError};
 use super::limits::{LimitsConfig, Peek, PeekError};
+use super::origin::{Browser, Verdict};
 use crate::core::context::CTX;
 pub use crate::core::context::{RequestCtx, Served, current};
 use crate::error::ErrorObject;
@@ -48,14 +49,16 @@ pub struct Edge {
     pub peers: Arc<super::shutdown::Peers>,
     /// Every key's spend today and this month (budgets, `GET /v1/usage`).
     pub ledger: Arc<Ledger>,
+    /// Which web pages may call the API, which `Host` is answered.
+    pub browser: Browser,
 }
 
 impl Edge {
-    pub fn new(auth: Auth, limits: LimitsConfig, ledger: Ledger) -> Self {
+    pub fn new(auth: Auth, limits: LimitsConfig, ledger: Ledger, browser: Browser) -> Self {
         let global = limits.max_concurrent.filter(|n| *n > 0).map(|n| Arc::new(Semaphore::new(n as usize)));
         let peers = super::shutdown::Peers::new(limits.max_connections_per_ip, limits.cap_loopback_connections);
         let ledger = Arc::new(ledger);
-        Edge { auth, limits, global, cut: CancellationToken::new(), tracker: TaskTracker::new(), peers, ledger }
+        Edge { auth, limits, global, cut: CancellationToken::new(), tracker: TaskTracker::new(), peers, ledger, browser }
     }
 }
 
@@ -199,11 +202,26 @@ where
     Fut: Future<Output = Response>,
 {
     let path = req.uri().path();
-    // Probes and the scrape are open and not counted as requests; the
-    // console has its own admin key (server/console).
-    if matches!(path, "/healthz" | "/readyz" | "/metrics") || super::console::is_console(path) {
+    if matches!(path, "/healthz" | "/readyz") {
         return inner(req).await;
     }
+    // DNS rebinding: a page on another name resolving to 127.0.0.1.
+    if !s.edge.browser.host_ok(req.uri(), req.headers()) {
+        crate::metrics::refused("host");
+        return error(
+            StatusCode::MISDIRECTED_REQUEST,
+            "invalid_request_error",
+            "host_not_allowed",
+            "This server on a loopback address answers only a loopback Host (localhost, 127.0.0.1) or one in \
+             allowed_hosts.",
+        );
+    }
+    // The scrape is open and not counted as a request; the console has its
+    // own admin key and its own checks (server/console).
+    if path == "/metrics" || super::console::is_console(path) {
+        return inner(req).await;
+    }
+    let cors = s.edge.browser.check(req.headers());
     let id = request_id(req.headers());
     let span = tracing::info_span!(
         "request",
@@ -215,7 +233,26 @@ where
     );
     crate::telemetry::adopt_parent(&span, req.headers());
     let anthropic = path.starts_with("/v1/messages");
-    let mut resp = serve(s, req, inner, id.clone()).instrument(span.clone()).await;
+    let mut resp = match cors {
+        Verdict::Refused => {
+            crate::metrics::refused("cross_site");
+            error(
+                StatusCode::FORBIDDEN,
+                "invalid_request_error",
+                "cross_site_request",
+                "A web page on another site may not call this API: its origin is not in allowed_origins.",
+            )
+        }
+        Verdict::Allowed(origin) if Browser::is_preflight(req.method(), req.headers()) => {
+            Browser::preflight(origin, req.headers())
+        }
+        Verdict::Allowed(origin) => {
+            let mut resp = serve(s, req, inner, id.clone()).instrument(span.clone()).await;
+            Browser::allow(resp.headers_mut(), origin);
+            resp
+        }
+        Verdict::Plain => serve(s, req, inner, id.clone()).instrument(span.clone()).await,
+    };
     if anthropic && crate::fronts::messages::is_error(resp.status()) {
         resp = anthropic_error(resp).await;
     }
