@@ -126,8 +126,8 @@ async fn a_cost_budget_holds_under_concurrent_requests() {
     // 15 tokens at 1.0 per million each way: 15e-6 a request; a budget of 6e-5.
     let auth: modelshim::config::auth::AuthConfig =
         toml::from_str(r#"keys = [{ key = "sk-cost-key-0001", name = "cost", cost_per_day = 0.00006 }]"#).unwrap();
-    let p = proxy_with("[prices.\"m\"]\ninput = 1.0\noutput = 1.0\n", &server.uri(), move |c| c.auth = Some(auth))
-        .await;
+    let p =
+        proxy_with("[prices.\"m\"]\ninput = 1.0\noutput = 1.0\n", &server.uri(), move |c| c.auth = Some(auth)).await;
     let mut tasks = Vec::new();
     for _ in 0..30 {
         let (http, url) = (p.http.clone(), p.url("/v1/chat/completions"));
@@ -141,7 +141,7 @@ async fn a_cost_budget_holds_under_concurrent_requests() {
             served += 1;
         }
     }
-    assert!(served >= 1 && served <= 5, "{served} served on a budget of 4");
+    assert!((1..=5).contains(&served), "{served} served on a budget of 4");
 }
 
 async fn text_plain_post(p: &Proxy, headers: &[(&str, &str)]) -> (u16, String) {
@@ -257,8 +257,8 @@ async fn implausible_usage_is_estimated_not_charged() {
     Mock::given(method("POST")).respond_with(ResponseTemplate::new(200).set_body_json(c)).mount(&server).await;
     let auth: modelshim::config::auth::AuthConfig =
         toml::from_str(r#"keys = [{ key = "sk-huge-key-0001", name = "huge", tokens_per_day = 100000 }]"#).unwrap();
-    let p = proxy_with("[prices.\"m\"]\ninput = 1.0\noutput = 1.0\n", &server.uri(), move |c| c.auth = Some(auth))
-        .await;
+    let p =
+        proxy_with("[prices.\"m\"]\ninput = 1.0\noutput = 1.0\n", &server.uri(), move |c| c.auth = Some(auth)).await;
     let chat = || p.http.post(p.url("/v1/chat/completions")).bearer_auth("sk-huge-key-0001").json(&small_request());
     assert_eq!(chat().send().await.unwrap().status(), 200);
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -456,9 +456,8 @@ async fn split_and_escaped_keys_leak_nowhere_and_fixtures_are_private() {
     let dir = b.fixtures();
     let t = Instant::now();
     let files = loop {
-        let files: Vec<PathBuf> = std::fs::read_dir(&dir)
-            .map(|d| d.map(|e| e.unwrap().path()).collect())
-            .unwrap_or_default();
+        let files: Vec<PathBuf> =
+            std::fs::read_dir(&dir).map(|d| d.map(|e| e.unwrap().path()).collect()).unwrap_or_default();
         if files.len() >= 2 {
             break files;
         }
@@ -541,7 +540,11 @@ async fn console_writes_want_the_csrf_token_and_the_same_origin() {
         assert_eq!(reload(h).await.unwrap().status(), 403, "{what}");
     }
     assert_eq!(generation().await, before, "reloaded by a forged request");
-    let r = reload(vec![("x-csrf-token", token.clone()), ("origin", own.clone()), ("sec-fetch-site", "same-origin".into())]);
+    let r = reload(vec![
+        ("x-csrf-token", token.clone()),
+        ("origin", own.clone()),
+        ("sec-fetch-site", "same-origin".into()),
+    ]);
     assert_eq!(r.await.unwrap().status(), 200);
     assert_ne!(generation().await, before);
 }

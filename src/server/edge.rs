@@ -58,7 +58,16 @@ impl Edge {
         let global = limits.max_concurrent.filter(|n| *n > 0).map(|n| Arc::new(Semaphore::new(n as usize)));
         let peers = super::shutdown::Peers::new(limits.max_connections_per_ip, limits.cap_loopback_connections);
         let ledger = Arc::new(ledger);
-        Edge { auth, limits, global, cut: CancellationToken::new(), tracker: TaskTracker::new(), peers, ledger, browser }
+        Edge {
+            auth,
+            limits,
+            global,
+            cut: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+            peers,
+            ledger,
+            browser,
+        }
     }
 }
 

@@ -88,7 +88,7 @@ impl Browser {
         if let Some(o) = h.get(header::ORIGIN) {
             let allowed = o.to_str().is_ok_and(|o| {
                 let o = o.trim_end_matches('/').to_ascii_lowercase();
-                self.origins.iter().any(|a| *a == o)
+                self.origins.contains(&o)
             });
             return if allowed { Verdict::Allowed(o.clone()) } else { Verdict::Refused };
         }
@@ -111,7 +111,9 @@ impl Browser {
         *r.status_mut() = axum::http::StatusCode::NO_CONTENT;
         let asked = h
             .get(header::ACCESS_CONTROL_REQUEST_HEADERS)
-            .filter(|v| v.len() <= 1024 && v.as_bytes().iter().all(|b| b.is_ascii_alphanumeric() || b"-_, ".contains(b)))
+            .filter(|v| {
+                v.len() <= 1024 && v.as_bytes().iter().all(|b| b.is_ascii_alphanumeric() || b"-_, ".contains(b))
+            })
             .cloned()
             .unwrap_or(HeaderValue::from_static(DEFAULT_ALLOW_HEADERS));
         let out = r.headers_mut();
@@ -126,10 +128,7 @@ impl Browser {
     pub fn allow(out: &mut HeaderMap, origin: HeaderValue) {
         out.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
         out.append(header::VARY, HeaderValue::from_static("origin"));
-        out.insert(
-            header::ACCESS_CONTROL_EXPOSE_HEADERS,
-            HeaderValue::from_static("x-request-id, retry-after"),
-        );
+        out.insert(header::ACCESS_CONTROL_EXPOSE_HEADERS, HeaderValue::from_static("x-request-id, retry-after"));
     }
 }
 
@@ -176,8 +175,14 @@ mod tests {
         assert!(ok("shim.internal:8787") && ok("SHIM.internal") && ok("box:9000"));
         b.listening_on(&"0.0.0.0:8787".parse().unwrap());
         assert!(ok("rebind.evil.example"), "not checked off loopback");
-        assert!(!Browser::new(&[], &[], Some("127.0.0.1:1")).host_ok(&Uri::from_static("/"), &headers(&[("host", "x.example")])));
-        assert!(Browser::new(&[], &[], Some("0.0.0.0:1")).host_ok(&Uri::from_static("/"), &headers(&[("host", "x.example")])));
+        assert!(
+            !Browser::new(&[], &[], Some("127.0.0.1:1"))
+                .host_ok(&Uri::from_static("/"), &headers(&[("host", "x.example")]))
+        );
+        assert!(
+            Browser::new(&[], &[], Some("0.0.0.0:1"))
+                .host_ok(&Uri::from_static("/"), &headers(&[("host", "x.example")]))
+        );
     }
 
     #[test]

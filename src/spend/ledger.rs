@@ -129,6 +129,9 @@ fn admits(used: i64, held: i64, est: i64, limit: i64) -> bool {
     used.saturating_add(held).saturating_add(est) <= limit || (held == 0 && used < limit)
 }
 
+/// A reservation's counters (name, expiry) and amounts.
+type Held<'a> = (&'a [(String, u64); 4], &'a [i64; 4]);
+
 /// A request's reservation, settled when it ends; dropped unsettled (the
 /// request failed before anything was counted, the client went away), it
 /// releases what it held.
@@ -182,7 +185,7 @@ impl Ledger {
     /// Counts `tokens` and `cost` and releases `held` (a settled or dropped
     /// [`Hold`]) locally, so the key's next request sees it, and pushes both
     /// in one atomic call in the background.
-    fn apply(self: &Arc<Self>, key: &str, tokens: &Tokens, cost: u64, held: Option<(&[(String, u64); 4], &[i64; 4])>) {
+    fn apply(self: &Arc<Self>, key: &str, tokens: &Tokens, cost: u64, held: Option<Held<'_>>) {
         let now = period::now();
         let deltas = [tokens.total(), cost, tokens.total(), cost].map(|n| i64::try_from(n).unwrap_or(i64::MAX));
         if let Ok(mut all) = self.slots.lock() {
@@ -196,7 +199,8 @@ impl Ledger {
             }
             for ((name, expires), d) in held.into_iter().flat_map(|(n, a)| n.iter().zip(a.iter())) {
                 if *d != 0 {
-                    let s = slots.entry(name.clone()).or_insert(Slot { expires: *expires, hold: true, ..Slot::default() });
+                    let s =
+                        slots.entry(name.clone()).or_insert(Slot { expires: *expires, hold: true, ..Slot::default() });
                     s.pending = s.pending.saturating_sub(*d);
                 }
             }
@@ -310,7 +314,9 @@ impl Ledger {
         };
         let tokens = i == 0;
         let show = |n: i64| if tokens { n.max(0).to_string() } else { amount(n.max(0) as u64).to_string() };
-        let what = if tokens { format!("{limit} tokens per day") } else if i == 1 {
+        let what = if tokens {
+            format!("{limit} tokens per day")
+        } else if i == 1 {
             format!("{limit} {} per day", self.currency)
         } else {
             format!("{limit} {} per month", self.currency)

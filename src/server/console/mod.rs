@@ -167,7 +167,11 @@ impl Site {
         if t.failures >= FREE_FAILURES {
             let lock = Duration::from_secs(1u64 << (t.failures - FREE_FAILURES).min(16)).min(MAX_LOCK);
             t.until = Some(Instant::now() + lock);
-            tracing::warn!(failures = t.failures, lock_secs = lock.as_secs(), "console: failed admin logins; login locked");
+            tracing::warn!(
+                failures = t.failures,
+                lock_secs = lock.as_secs(),
+                "console: failed admin logins; login locked"
+            );
         }
     }
 
