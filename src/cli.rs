@@ -208,6 +208,7 @@ async fn serve(
     let listeners =
         crate::server::shutdown::bind(&addr, threads).with_context(|| format!("cannot listen on {addr}"))?;
     let local = listeners.first().context("no listener")?.local_addr()?;
+    state.edge.browser.listening_on(&local);
     if let Err(why) = crate::server::auth::check_bind(&local, state.edge.auth.enabled(), allow_open) {
         bail!(why);
     }

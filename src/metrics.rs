@@ -45,6 +45,8 @@ pub const COST: &str = "modelshim_cost_nanos_total";
 pub const STATE_ERRORS: &str = "modelshim_state_errors_total";
 /// 1 while the state backend answers, 0 while it is down (degraded).
 pub const STATE_UP: &str = "modelshim_state_backend_up";
+/// Upstream answers whose usage was beyond `[limits] max_usage_tokens`.
+pub const USAGE_IMPLAUSIBLE: &str = "modelshim_usage_implausible_total";
 
 /// The `model` label of every model the config and profiles do not know
 /// (`Provider::metric_model`).
@@ -93,6 +95,7 @@ fn describe() {
     describe_gauge!(IN_FLIGHT, "Requests being served");
     describe_counter!(LOOP_ITERATIONS, "Agent-loop iterations");
     describe_counter!(STATE_ERRORS, "State backend errors");
+    describe_counter!(USAGE_IMPLAUSIBLE, "Upstream answers whose usage was implausible (estimated instead)");
     describe_counter!(KEY_TOKENS, "Tokens of upstream answers by proxy key, provider, model and kind");
     describe_counter!(COST, "Cost of upstream answers in nano-units (1e-9) of the currency");
     describe_gauge!(STATE_UP, "1 while the state backend answers");
@@ -265,6 +268,11 @@ pub fn fallback(from: &str, to: &str) {
 
 pub fn circuit(provider: &str, state: u8) {
     gauge!(CIRCUIT, "provider" => provider.to_string()).set(f64::from(state));
+}
+
+/// An upstream answer of `provider` reported implausible usage.
+pub fn usage_implausible(provider: &str) {
+    counter!(USAGE_IMPLAUSIBLE, "provider" => provider.to_string()).increment(1);
 }
 
 pub fn refused(reason: &'static str) {

@@ -28,6 +28,13 @@ pub struct ConsoleConfig {
     /// start with the console on and a non-loopback address).
     #[serde(default)]
     pub allow_remote: bool,
+    /// How long a login session lasts (logout ends it sooner).
+    #[serde(default = "d_session_ttl")]
+    pub session_ttl_secs: u64,
+}
+
+fn d_session_ttl() -> u64 {
+    12 * 3600
 }
 
 fn d_admin_key_env() -> String {
@@ -49,6 +56,7 @@ impl Default for ConsoleConfig {
             max_body_bytes: d_max_body_bytes(),
             record_always: false,
             allow_remote: false,
+            session_ttl_secs: d_session_ttl(),
         }
     }
 }

@@ -45,6 +45,17 @@ pub struct LimitsConfig {
     /// streaming. A plain stream to a streaming client is not held.
     #[serde(default = "d_answer")]
     pub max_answer_bytes: usize,
+    /// The most tokens one upstream answer's usage may report in one count
+    /// (input or output); more is implausible (beyond any context window)
+    /// and treated like a missing usage: estimated, logged, counted in
+    /// `modelshim_usage_implausible_total` (docs/spend.md).
+    #[serde(default = "d_usage")]
+    pub max_usage_tokens: u64,
+    /// Hold loopback clients (127.0.0.0/8, ::1) to `max_connections_per_ip`
+    /// too. Off by default: a sidecar's app connects from 127.0.0.1 only
+    /// (still bound by `max_concurrent`).
+    #[serde(default)]
+    pub cap_loopback_connections: bool,
 }
 
 fn d_body() -> usize {
@@ -71,6 +82,9 @@ fn d_per_ip() -> u32 {
 fn d_answer() -> usize {
     64 * 1024 * 1024
 }
+fn d_usage() -> u64 {
+    10_000_000
+}
 
 impl Default for LimitsConfig {
     fn default() -> Self {
@@ -85,6 +99,8 @@ impl Default for LimitsConfig {
             body_read_timeout_secs: d_body_timeout(),
             max_connections_per_ip: d_per_ip(),
             max_answer_bytes: d_answer(),
+            max_usage_tokens: d_usage(),
+            cap_loopback_connections: false,
         }
     }
 }

@@ -40,6 +40,15 @@ pub enum ToolMode {
 pub struct Config {
     #[serde(default)]
     pub listen: Option<String>,
+    /// Web origins (`https://app.example`) whose pages may call the API
+    /// (CORS); a request with any other `Origin`, or `Sec-Fetch-Site:
+    /// cross-site`, is a 403. None by default.
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+    /// `Host` names a loopback listener answers besides loopback names and
+    /// addresses (DNS rebinding); `name` or `name:port`.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
     /// Serving threads, each with its own runtime, socket and upstream
     /// connections (`serve`); default: one per CPU.
     #[serde(default)]

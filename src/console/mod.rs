@@ -213,7 +213,10 @@ impl Body {
     /// The text, redacted, then cut to `cap` bytes.
     fn show(&self, cap: usize, redactor: &Redactor) -> Value {
         let text = String::from_utf8_lossy(&self.raw);
-        let mut text = redactor.text(&text).into_owned();
+        // A stream: a key split over two events is redacted in the
+        // assembled text, not event by event.
+        let stream = text.starts_with("data:") || text.starts_with("event:") || text.contains("\ndata:");
+        let mut text = if stream { redactor.sse_text(&text) } else { redactor.text(&text).into_owned() };
         let truncated = text.len() > cap || self.bytes > self.raw.len();
         if text.len() > cap {
             let mut cut = cap;

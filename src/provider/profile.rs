@@ -43,6 +43,10 @@ pub struct Profile {
     /// Never a provider by itself when the config has no `[providers]`.
     #[serde(default)]
     pub fallback: bool,
+    /// The output tokens a request without `max_tokens` reserves of a key's
+    /// budget before it is sent (docs/spend.md); default 1024.
+    #[serde(default)]
+    pub reserve_output_tokens: Option<u64>,
     #[serde(default)]
     pub request: RequestQuirks,
     #[serde(default)]

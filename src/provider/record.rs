@@ -55,7 +55,12 @@ impl Recorder {
         secrets: Arc<Redactor>,
         auth_headers: impl IntoIterator<Item = String>,
     ) -> Result<Self, RecordError> {
-        std::fs::create_dir_all(dir).map_err(|source| RecordError { dir: dir.into(), source })?;
+        // Fixtures hold whole prompts and answers: only the owner reads them.
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(dir).map_err(|source| RecordError { dir: dir.into(), source })?;
         let auth_headers = auth_headers.into_iter().map(|h| h.to_ascii_lowercase()).collect();
         Ok(Recorder { dir: dir.into(), secrets, auth_headers })
     }
@@ -118,7 +123,11 @@ impl Recorder {
         for n in 1.. {
             let name = if n == 1 { format!("{stem}.json") } else { format!("{stem}-{n}.json") };
             let path = self.dir.join(name);
-            match std::fs::OpenOptions::new().write(true).create_new(true).open(&path) {
+            let mut options = std::fs::OpenOptions::new();
+            options.write(true).create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            match options.open(&path) {
                 Ok(mut f) => {
                     f.write_all(text.as_bytes())?;
                     return Ok(path);
@@ -172,7 +181,18 @@ impl Recording {
     }
 
     /// Writes the file. Failing to record never fails the request.
-    pub fn finish(self) {
+    pub fn finish(mut self) {
+        // A key split over two events is found in the assembled stream.
+        if let Some(sse) = self.fx.response.sse.as_mut() {
+            let mut events: Vec<Value> =
+                sse.iter().map(|e| serde_json::from_str(&e.data).unwrap_or(Value::Null)).collect();
+            let changed = self.recorder.secrets.across(&mut events);
+            for ((e, v), c) in sse.iter_mut().zip(events).zip(changed) {
+                if c && !v.is_null() {
+                    e.data = v.to_string();
+                }
+            }
+        }
         match self.recorder.write(&self.fx) {
             Ok(path) => tracing::debug!("recorded {}", path.display()),
             Err(e) => tracing::warn!("cannot write a recording into {}: {e}", self.recorder.dir.display()),

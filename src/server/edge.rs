@@ -29,10 +29,12 @@ use tracing::Instrument;
 use super::Shared;
 use super::auth::{Auth, AuthError};
 use super::limits::{LimitsConfig, Peek, PeekError};
+use super::origin::{Browser, Verdict};
 use crate::core::context::CTX;
 pub use crate::core::context::{RequestCtx, Served, current};
 use crate::error::ErrorObject;
-use crate::spend::{Ledger, Refusal};
+use crate::spend::ledger::{DEFAULT_RESERVE_OUTPUT, Hold};
+use crate::spend::{Ledger, Refusal, Tokens};
 
 /// Edge settings and shutdown handles, built once.
 pub struct Edge {
@@ -47,14 +49,25 @@ pub struct Edge {
     pub peers: Arc<super::shutdown::Peers>,
     /// Every key's spend today and this month (budgets, `GET /v1/usage`).
     pub ledger: Arc<Ledger>,
+    /// Which web pages may call the API, which `Host` is answered.
+    pub browser: Browser,
 }
 
 impl Edge {
-    pub fn new(auth: Auth, limits: LimitsConfig, ledger: Ledger) -> Self {
+    pub fn new(auth: Auth, limits: LimitsConfig, ledger: Ledger, browser: Browser) -> Self {
         let global = limits.max_concurrent.filter(|n| *n > 0).map(|n| Arc::new(Semaphore::new(n as usize)));
-        let peers = super::shutdown::Peers::new(limits.max_connections_per_ip);
+        let peers = super::shutdown::Peers::new(limits.max_connections_per_ip, limits.cap_loopback_connections);
         let ledger = Arc::new(ledger);
-        Edge { auth, limits, global, cut: CancellationToken::new(), tracker: TaskTracker::new(), peers, ledger }
+        Edge {
+            auth,
+            limits,
+            global,
+            cut: CancellationToken::new(),
+            tracker: TaskTracker::new(),
+            peers,
+            ledger,
+            browser,
+        }
     }
 }
 
@@ -70,6 +83,23 @@ fn over_budget(r: &Refusal) -> Response {
         resp.headers_mut().insert(header::RETRY_AFTER, v);
     }
     resp
+}
+
+/// What a request reserves of its key's budgets: tokens (a quarter of the
+/// body's bytes for the prompt, plus `max_tokens` or its provider's
+/// `reserve_output_tokens`) and their cost at the model's first route's
+/// price, when that price is in the budget currency.
+fn estimate(s: &Shared, model: Option<&str>, max_tokens: Option<u64>, body_len: usize) -> (u64, u64) {
+    let route = model.and_then(|m| s.core.providers.route(m));
+    let output = max_tokens
+        .or_else(|| route.as_ref().and_then(|r| r.provider.profile.reserve_output_tokens))
+        .unwrap_or(DEFAULT_RESERVE_OUTPUT);
+    let tokens = Tokens { input: body_len as u64 / 4, output, ..Tokens::default() };
+    let cost = route
+        .and_then(|r| r.provider.prices.of(&r.model))
+        .filter(|p| p.currency == s.edge.ledger.currency)
+        .map_or(0, |p| crate::spend::prices::cost(&p, &tokens));
+    (tokens.total(), cost)
 }
 
 /// Requests that reach an upstream model (and so spend): every POST under
@@ -181,11 +211,26 @@ where
     Fut: Future<Output = Response>,
 {
     let path = req.uri().path();
-    // Probes and the scrape are open and not counted as requests; the
-    // console has its own admin key (server/console).
-    if matches!(path, "/healthz" | "/readyz" | "/metrics") || super::console::is_console(path) {
+    if matches!(path, "/healthz" | "/readyz") {
         return inner(req).await;
     }
+    // DNS rebinding: a page on another name resolving to 127.0.0.1.
+    if !s.edge.browser.host_ok(req.uri(), req.headers()) {
+        crate::metrics::refused("host");
+        return error(
+            StatusCode::MISDIRECTED_REQUEST,
+            "invalid_request_error",
+            "host_not_allowed",
+            "This server on a loopback address answers only a loopback Host (localhost, 127.0.0.1) or one in \
+             allowed_hosts.",
+        );
+    }
+    // The scrape is open and not counted as a request; the console has its
+    // own admin key and its own checks (server/console).
+    if path == "/metrics" || super::console::is_console(path) {
+        return inner(req).await;
+    }
+    let cors = s.edge.browser.check(req.headers());
     let id = request_id(req.headers());
     let span = tracing::info_span!(
         "request",
@@ -197,7 +242,26 @@ where
     );
     crate::telemetry::adopt_parent(&span, req.headers());
     let anthropic = path.starts_with("/v1/messages");
-    let mut resp = serve(s, req, inner, id.clone()).instrument(span.clone()).await;
+    let mut resp = match cors {
+        Verdict::Refused => {
+            crate::metrics::refused("cross_site");
+            error(
+                StatusCode::FORBIDDEN,
+                "invalid_request_error",
+                "cross_site_request",
+                "A web page on another site may not call this API: its origin is not in allowed_origins.",
+            )
+        }
+        Verdict::Allowed(origin) if Browser::is_preflight(req.method(), req.headers()) => {
+            Browser::preflight(origin, req.headers())
+        }
+        Verdict::Allowed(origin) => {
+            let mut resp = serve(s, req, inner, id.clone()).instrument(span.clone()).await;
+            Browser::allow(resp.headers_mut(), origin);
+            resp
+        }
+        Verdict::Plain => serve(s, req, inner, id.clone()).instrument(span.clone()).await,
+    };
     if anthropic && crate::fronts::messages::is_error(resp.status()) {
         resp = anthropic_error(resp).await;
     }
@@ -267,6 +331,7 @@ where
     }
     let (parts, body) = req.into_parts();
     let mut model = None;
+    let mut max_tokens = None;
     let mut body_len = 0;
     // The body the console records, while one is open.
     let mut shown_body = None;
@@ -322,6 +387,7 @@ where
                     return (StatusCode::BAD_REQUEST, axum::Json(e.to_body())).into_response();
                 }
                 model = p.model.clone();
+                max_tokens = p.max_tokens;
             }
             if let Some(k) = &key {
                 match &model {
@@ -349,14 +415,19 @@ where
     } else {
         Request::from_parts(parts, body)
     };
-    // Budgets are checked before anything goes upstream; the spend is
-    // counted when the response ends (Done).
+    // Budgets: the request's estimate is reserved before anything goes
+    // upstream, and settled to its real spend when the response ends (Done).
     let spending = spends(req.method(), req.uri().path());
+    let mut hold = None;
     if spending
         && let Some(k) = &key
-        && let Err(r) = edge.ledger.check(&k.name, &k.budget).await
+        && !k.budget.is_empty()
     {
-        return over_budget(&r);
+        let (tokens, cost) = estimate(&s, model.as_deref(), max_tokens, body_len);
+        match edge.ledger.reserve(&k.name, &k.budget, tokens, cost).await {
+            Ok(h) => hold = h,
+            Err(r) => return over_budget(&r),
+        }
     }
     let key_name = key.as_ref().map(|k| k.name.clone());
     let shown = s.console.as_ref().and_then(|c| {
@@ -375,12 +446,14 @@ where
         ctx.spend.set_counted();
     }
     ctx.spend.request_bytes(body_len);
+    ctx.spend.usage_cap(edge.limits.max_usage_tokens);
     let mut done = Done {
         shown: shown.clone(),
         ctx: ctx.clone(),
         key: key.map(|k| k.name.clone()),
         status: StatusCode::OK,
         ledger: spending.then(|| edge.ledger.clone()),
+        hold,
         _permits: permits,
         _token: edge.tracker.token(),
     };
@@ -431,6 +504,8 @@ struct Done {
     status: StatusCode,
     /// Where the request's spend is charged (requests that spend).
     ledger: Option<Arc<Ledger>>,
+    /// The budget reserved for it, settled with its spend.
+    hold: Option<Hold>,
     _permits: Vec<OwnedSemaphorePermit>,
     _token: TaskTrackerToken,
 }
@@ -451,9 +526,10 @@ impl Drop for Done {
         // (its usage so far, or the estimate; docs/spend.md).
         let key = self.key.as_deref().unwrap_or(ANONYMOUS);
         let (mut tokens, mut cost) = (0, None);
-        if let Some(ledger) = &self.ledger
-            && !self.ctx.spend.is_empty()
-        {
+        if self.ledger.is_some() && self.ctx.spend.is_empty() {
+            // Nothing was answered: what it held is released.
+            drop(self.hold.take());
+        } else if let Some(ledger) = &self.ledger {
             let s = self.ctx.spend.summary(&ledger.currency);
             for turn in &s.turns {
                 let t = &turn.tokens;
@@ -466,7 +542,10 @@ impl Drop for Done {
                     cost,
                 );
             }
-            ledger.charge(key, &s.tokens, s.cost);
+            match self.hold.take() {
+                Some(h) => h.settle(&s.tokens, s.cost),
+                None => ledger.charge(key, &s.tokens, s.cost),
+            }
             tokens = s.tokens.total();
             cost = s.priced.then(|| format!("{:.9}", crate::spend::amount(s.cost)));
         }

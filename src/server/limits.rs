@@ -14,6 +14,9 @@ use serde::de::IgnoredAny;
 #[derive(Debug, Default)]
 pub struct Peek {
     pub model: Option<String>,
+    /// `max_tokens` (or `max_completion_tokens`, `max_output_tokens`): what
+    /// a budget reserves for the answer.
+    pub max_tokens: Option<u64>,
     messages: Option<Counted>,
     tools: Option<Counted>,
 }
@@ -74,6 +77,11 @@ impl<'de> Deserialize<'de> for Scan {
                         "model" => peek.model = map.next_value()?,
                         "messages" => peek.messages = map.next_value()?,
                         "tools" => peek.tools = map.next_value()?,
+                        "max_tokens" | "max_completion_tokens" | "max_output_tokens" => {
+                            if let Some(n) = map.next_value::<Counted>()?.1 {
+                                peek.max_tokens = Some(n);
+                            }
+                        }
                         _ => {
                             map.next_value::<IgnoredAny>()?;
                         }
@@ -91,9 +99,10 @@ impl<'de> Deserialize<'de> for Scan {
     }
 }
 
-/// A JSON array's length (anything else counts 0, left to the handler).
+/// A JSON array's length (anything else counts 0, left to the handler),
+/// and a whole number's value.
 #[derive(Debug, Default)]
-struct Counted(usize);
+struct Counted(usize, Option<u64>);
 
 impl<'de> Deserialize<'de> for Counted {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -108,32 +117,32 @@ impl<'de> Deserialize<'de> for Counted {
                 while seq.next_element::<IgnoredAny>()?.is_some() {
                     n += 1;
                 }
-                Ok(Counted(n))
+                Ok(Counted(n, None))
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Counted, A::Error> {
                 while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
-                Ok(Counted(0))
+                Ok(Counted(0, None))
             }
             fn visit_unit<E>(self) -> Result<Counted, E> {
-                Ok(Counted(0))
+                Ok(Counted(0, None))
             }
             fn visit_bool<E>(self, _: bool) -> Result<Counted, E> {
-                Ok(Counted(0))
+                Ok(Counted(0, None))
             }
             fn visit_i64<E>(self, _: i64) -> Result<Counted, E> {
-                Ok(Counted(0))
+                Ok(Counted(0, None))
             }
-            fn visit_u64<E>(self, _: u64) -> Result<Counted, E> {
-                Ok(Counted(0))
+            fn visit_u64<E>(self, n: u64) -> Result<Counted, E> {
+                Ok(Counted(0, Some(n)))
             }
             fn visit_f64<E>(self, _: f64) -> Result<Counted, E> {
-                Ok(Counted(0))
+                Ok(Counted(0, None))
             }
             fn visit_str<E>(self, _: &str) -> Result<Counted, E> {
-                Ok(Counted(0))
+                Ok(Counted(0, None))
             }
             fn visit_none<E>(self) -> Result<Counted, E> {
-                Ok(Counted(0))
+                Ok(Counted(0, None))
             }
         }
         d.deserialize_any(V)
@@ -177,6 +186,10 @@ mod tests {
         let l = LimitsConfig { max_tools: 2, ..Default::default() };
         assert_eq!(p.over(&l).unwrap().0, "tools");
         assert!(p.over(&LimitsConfig::default()).is_none());
+        assert_eq!(p.max_tokens, None);
+        let p = Peek::of(br#"{"model":"m","max_completion_tokens":300}"#).unwrap();
+        assert_eq!(p.max_tokens, Some(300));
+        assert_eq!(Peek::of(br#"{"model":"m","max_tokens":"x"}"#).unwrap().max_tokens, None);
         assert_eq!(Peek::of(b"[1]").unwrap_err(), PeekError::Unreadable);
         assert_eq!(Peek::of(br#"{"model": 3}"#).unwrap_err(), PeekError::Unreadable);
         let odd = Peek::of(br#"{"model":"m","messages":"x","tools":null}"#).unwrap();

@@ -7,6 +7,7 @@ pub mod edge;
 mod error;
 pub mod limits;
 pub mod models;
+pub mod origin;
 mod passthrough;
 pub mod replay;
 pub mod shutdown;
@@ -130,6 +131,7 @@ impl AppState {
                 auth,
                 config.limits.clone(),
                 crate::spend::Ledger::new(core.store.clone(), config.auth.as_ref().and_then(|a| a.currency.as_deref())),
+                origin::Browser::new(&config.allowed_origins, &config.allowed_hosts, config.listen.as_deref()),
             ),
             redactor,
             discovery,

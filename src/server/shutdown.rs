@@ -213,18 +213,22 @@ impl hyper::service::Service<axum::http::Request<hyper::body::Incoming>> for See
 /// client is usually given).
 pub struct Peers {
     max: u32,
+    /// Loopback clients are held to `max` too (`cap_loopback_connections`).
+    loopback: bool,
     open: Mutex<HashMap<IpAddr, u32>>,
 }
 
 impl Peers {
-    pub fn new(max: u32) -> Arc<Self> {
-        Arc::new(Peers { max, open: Mutex::new(HashMap::new()) })
+    pub fn new(max: u32, loopback: bool) -> Arc<Self> {
+        Arc::new(Peers { max, loopback, open: Mutex::new(HashMap::new()) })
     }
 
     /// A slot for one more connection from `ip`, held until dropped; `None`
     /// when that address has all of its slots.
     pub fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<PeerSlot> {
-        if self.max == 0 {
+        // A sidecar's app connects from 127.0.0.1 only: one address is
+        // every client there (`max_concurrent` still bounds them).
+        if self.max == 0 || (!self.loopback && ip.to_canonical().is_loopback()) {
             return Some(PeerSlot { peers: None, ip });
         }
         let ip = match ip.to_canonical() {

@@ -3,6 +3,13 @@
 //! there and every replica adds to them atomically; this process keeps what
 //! it added but could not push yet (Redis down: counted here, pushed with
 //! the next call that reaches Redis again) and the values it last saw.
+//!
+//! A request of a key with budgets reserves its estimate before it is sent
+//! ([`Ledger::reserve`], one atomic step: in Redis one script) and settles
+//! to its real usage when it ends ([`Hold::settle`]; dropped unsettled, it
+//! releases). Reservations of requests in flight count against the budget,
+//! so concurrent requests cannot all pass the check at once: a budget is
+//! overrun by at most one request's usage beyond its estimate.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,7 +21,8 @@ use serde_json::{Value, json};
 use super::period::{self, Periods};
 use super::{Tokens, amount};
 use crate::config::auth::Budget;
-use crate::state::StateStore;
+use crate::state::{Reserved, StateStore};
+use sha2::Digest;
 
 /// Counters are kept this long past their period (clock skew between
 /// replicas).
@@ -22,6 +30,18 @@ const GRACE_SECS: u64 = 3600;
 
 /// The four counters of a key in a period, in this order.
 const WHAT: [&str; 4] = ["tokens:day", "cost:day", "tokens:month", "cost:month"];
+
+/// How long a shared reservation counter lives after the last reservation
+/// (a replica that died holding one does not hold it for the whole day).
+const HOLD_SECS: u64 = 600;
+
+/// The output tokens a request without `max_tokens` reserves when its
+/// provider's profile names no `reserve_output_tokens`.
+pub const DEFAULT_RESERVE_OUTPUT: u64 = 1024;
+
+/// What the 429 of a budget says about how far a budget can be overrun.
+const BOUND: &str = "Each request reserves its estimate (prompt plus max_tokens) before it is sent and settles to its \
+                     real usage after, so a budget is overrun by at most one request's usage beyond its estimate.";
 
 #[derive(Debug, Default, Clone, Copy)]
 struct Slot {
@@ -33,6 +53,8 @@ struct Slot {
     flight: i64,
     /// When the counter expires (epoch seconds).
     expires: u64,
+    /// A reservation counter (its shared copy lives [`HOLD_SECS`]).
+    hold: bool,
 }
 
 impl Slot {
@@ -75,17 +97,74 @@ pub struct Used {
     pub cost_month: i64,
 }
 
-/// The counters of `key` in the periods `p`, and when each expires. They
-/// share one slot group: one script updates them together (on a cluster too).
-fn names(key: &str, p: &Periods) -> [(String, u64); 4] {
-    let group = crate::state::slot_group(key);
-    let d = |what: &str, period: &str, ends: u64| (format!("{group}:{what}:{period}"), ends + GRACE_SECS);
+/// The counters' names (the store adds its prefix): every counter of one
+/// key, used and reserved, day and month, shares one slot group built from a
+/// digest of the key name (`state::slot_group`), so the one script that
+/// reserves touches one Redis Cluster slot and no key name reaches Redis.
+/// This is the only place they are named.
+fn names_of(key: &str, p: &Periods, held: bool) -> [(String, u64); 4] {
+    let digest = sha2::Sha256::digest(key.as_bytes());
+    let tag: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let group = crate::state::slot_group(&tag);
+    let kind = if held { "held:" } else { "" };
+    let d = |what: &str, period: &str, ends: u64| (format!("{group}:{kind}{what}:{period}"), ends + GRACE_SECS);
     [
         d(WHAT[0], &p.day, p.day_ends),
         d(WHAT[1], &p.day, p.day_ends),
         d(WHAT[2], &p.month, p.month_ends),
         d(WHAT[3], &p.month, p.month_ends),
     ]
+}
+
+/// The used counters of `key`.
+fn names(key: &str, p: &Periods) -> [(String, u64); 4] {
+    names_of(key, p, false)
+}
+
+/// Whether a request reserving `est` is admitted on a counter with `limit`,
+/// `used` and `held` by requests in flight: when it fits, or when nothing is
+/// in flight and something is left (a lone request is never refused a
+/// budget it has not used up). The Redis script (`state/redis.rs`) applies
+/// the same rule.
+fn admits(used: i64, held: i64, est: i64, limit: i64) -> bool {
+    let held = held.max(0);
+    used.saturating_add(held).saturating_add(est) <= limit || (held == 0 && used < limit)
+}
+
+/// A reservation's counters (name, expiry) and amounts.
+type Held<'a> = (&'a [(String, u64); 4], &'a [i64; 4]);
+
+/// A request's reservation, settled when it ends; dropped unsettled (the
+/// request failed before anything was counted, the client went away), it
+/// releases what it held.
+pub struct Hold {
+    ledger: Arc<Ledger>,
+    key: String,
+    held: [(String, u64); 4],
+    amounts: [i64; 4],
+    done: bool,
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hold").field("key", &self.key).field("amounts", &self.amounts).finish_non_exhaustive()
+    }
+}
+
+impl Hold {
+    /// Charges the real usage and releases the reservation, in one push.
+    pub fn settle(mut self, tokens: &Tokens, cost: u64) {
+        self.done = true;
+        self.ledger.apply(&self.key, tokens, cost, Some((&self.held, &self.amounts)));
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        if !self.done {
+            self.ledger.apply(&self.key, &Tokens::default(), 0, Some((&self.held, &self.amounts)));
+        }
+    }
 }
 
 impl Ledger {
@@ -98,17 +177,34 @@ impl Ledger {
         }
     }
 
-    /// Counts a finished request now (locally, so the key's next request
-    /// sees it) and pushes it to the shared store in the background.
+    /// Counts a finished request that held no reservation (a key without
+    /// budgets) now, locally, and pushes it to the shared store in the
+    /// background.
     pub fn charge(self: &Arc<Self>, key: &str, tokens: &Tokens, cost: u64) {
+        self.apply(key, tokens, cost, None);
+    }
+
+    /// Counts `tokens` and `cost` and releases `held` (a settled or dropped
+    /// [`Hold`]) locally, so the key's next request sees it, and pushes both
+    /// in one atomic call in the background.
+    fn apply(self: &Arc<Self>, key: &str, tokens: &Tokens, cost: u64, held: Option<Held<'_>>) {
         let now = period::now();
         let deltas = [tokens.total(), cost, tokens.total(), cost].map(|n| i64::try_from(n).unwrap_or(i64::MAX));
         if let Ok(mut all) = self.slots.lock() {
             let slots = all.entry(key.to_string()).or_default();
             slots.retain(|_, s| s.expires > now);
             for ((name, expires), d) in names(key, &Periods::at(now)).into_iter().zip(deltas) {
-                let s = slots.entry(name).or_insert(Slot { expires, ..Slot::default() });
-                s.pending = s.pending.saturating_add(d);
+                if d != 0 {
+                    let s = slots.entry(name).or_insert(Slot { expires, ..Slot::default() });
+                    s.pending = s.pending.saturating_add(d);
+                }
+            }
+            for ((name, expires), d) in held.into_iter().flat_map(|(n, a)| n.iter().zip(a.iter())) {
+                if *d != 0 {
+                    let s =
+                        slots.entry(name.clone()).or_insert(Slot { expires: *expires, hold: true, ..Slot::default() });
+                    s.pending = s.pending.saturating_sub(*d);
+                }
             }
         }
         if self.shared.load(Ordering::Relaxed)
@@ -116,6 +212,139 @@ impl Ledger {
         {
             let (me, key) = (self.clone(), key.to_string());
             rt.spawn(async move { me.sync(&key).await });
+        }
+    }
+
+    /// Reserves `tokens` and `cost` (nano-units) of `key`'s budgets for one
+    /// request, or refuses it: in the shared store in one atomic step, else
+    /// (no shared store, or it is down) in this process. `None`: the key
+    /// has no budgets.
+    pub async fn reserve(
+        self: &Arc<Self>,
+        key: &str,
+        budget: &Budget,
+        tokens: u64,
+        cost: u64,
+    ) -> Result<Option<Hold>, Refusal> {
+        if budget.is_empty() {
+            return Ok(None);
+        }
+        let now = period::now();
+        let p = Periods::at(now);
+        let used = names(key, &p);
+        let held = names_of(key, &p, true);
+        let amounts = [tokens, cost, tokens, cost].map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        let nanos = |a: Option<f64>| a.map(|a| (a * super::prices::NANOS).round().clamp(0.0, i64::MAX as f64) as i64);
+        let limits = [
+            budget.tokens_per_day.map(|t| i64::try_from(t).unwrap_or(i64::MAX)),
+            nanos(budget.cost_per_day),
+            None,
+            nanos(budget.cost_per_month),
+        ];
+        let hold = |ledger: &Arc<Ledger>| Hold {
+            ledger: ledger.clone(),
+            key: key.to_string(),
+            held: held.clone(),
+            amounts,
+            done: false,
+        };
+        if self.shared.load(Ordering::Relaxed) {
+            // What was counted here while the store was down goes first.
+            if self.has_pending(key) {
+                self.sync(key).await;
+            }
+            let used_names: Vec<String> = used.iter().map(|(n, _)| n.clone()).collect();
+            let held_names: Vec<String> = held.iter().map(|(n, _)| n.clone()).collect();
+            let shared_limits = limits.map(|l| l.unwrap_or(-1));
+            let answer = self
+                .store
+                .reserve_counters(&used_names, &held_names, &shared_limits, &amounts, Duration::from_secs(HOLD_SECS))
+                .await;
+            match answer {
+                Ok(Some(Reserved::Held(values))) => {
+                    self.saw(key, &used, &values);
+                    return Ok(Some(hold(self)));
+                }
+                Ok(Some(Reserved::Refused { index, used: u, held: h })) => {
+                    return Err(self.refusal(index, u, h, amounts[index.min(3)], budget, &p, now));
+                }
+                Ok(None) => self.shared.store(false, Ordering::Relaxed),
+                Err(e) => tracing::debug!(error = %e, "budget reserved in this process: the shared store is down"),
+            }
+        }
+        let Ok(mut all) = self.slots.lock() else { return Ok(None) };
+        let slots = all.entry(key.to_string()).or_default();
+        slots.retain(|_, s| s.expires > now);
+        for (i, limit) in limits.iter().enumerate() {
+            let Some(limit) = limit else { continue };
+            let u = slots.get(&used[i].0).map_or(0, Slot::value);
+            let h = slots.get(&held[i].0).map_or(0, Slot::value);
+            if !admits(u, h, amounts[i], *limit) {
+                return Err(self.refusal(i, u, h, amounts[i], budget, &p, now));
+            }
+        }
+        for ((name, expires), a) in held.iter().zip(amounts) {
+            let s = slots.entry(name.clone()).or_insert(Slot { expires: *expires, hold: true, ..Slot::default() });
+            s.pending = s.pending.saturating_add(a);
+        }
+        drop(all);
+        Ok(Some(hold(self)))
+    }
+
+    fn has_pending(&self, key: &str) -> bool {
+        self.slots.lock().is_ok_and(|all| all.get(key).is_some_and(|s| s.values().any(|s| s.pending != 0)))
+    }
+
+    /// The shared values of `key`'s used counters, as just read.
+    fn saw(&self, key: &str, used: &[(String, u64); 4], values: &[i64]) {
+        if let Ok(mut all) = self.slots.lock() {
+            let slots = all.entry(key.to_string()).or_default();
+            for ((name, expires), v) in used.iter().zip(values) {
+                slots.entry(name.clone()).or_insert(Slot { expires: *expires, ..Slot::default() }).known = *v;
+            }
+        }
+    }
+
+    /// The 429 of counter `i` (of [`WHAT`]): used up, or held by requests
+    /// in flight.
+    #[allow(clippy::too_many_arguments)]
+    fn refusal(&self, i: usize, used: i64, held: i64, est: i64, budget: &Budget, p: &Periods, now: u64) -> Refusal {
+        let (name, limit) = match i {
+            0 => ("tokens_per_day", budget.tokens_per_day.map_or(0.0, |t| t as f64)),
+            1 => ("cost_per_day", budget.cost_per_day.unwrap_or(0.0)),
+            _ => ("cost_per_month", budget.cost_per_month.unwrap_or(0.0)),
+        };
+        let tokens = i == 0;
+        let show = |n: i64| if tokens { n.max(0).to_string() } else { amount(n.max(0) as u64).to_string() };
+        let what = if tokens {
+            format!("{limit} tokens per day")
+        } else if i == 1 {
+            format!("{limit} {} per day", self.currency)
+        } else {
+            format!("{limit} {} per month", self.currency)
+        };
+        let resets_at = if name == "cost_per_month" { p.month_ends } else { p.day_ends };
+        let limit_n = if tokens { limit as i64 } else { (limit * super::prices::NANOS) as i64 };
+        if used < limit_n {
+            return Refusal {
+                message: format!(
+                    "This key's budget `{name}` ({what}) has {} used and {} reserved by requests in flight; this \
+                     request would reserve {} more. Retry when those finish. {BOUND}",
+                    show(used),
+                    show(held),
+                    show(est)
+                ),
+                retry_after: 1,
+            };
+        }
+        let period = if name == "cost_per_month" { "the first of the month" } else { "midnight" };
+        Refusal {
+            message: format!(
+                "This key has used up its budget `{name}` ({what}; used {}). It resets at {} (UTC {period}). {BOUND}",
+                show(used),
+                period::rfc3339(resets_at)
+            ),
+            retry_after: resets_at.saturating_sub(now).max(1),
         }
     }
 
@@ -141,7 +370,8 @@ impl Ledger {
                 // Earlier periods' deltas too (Redis was down over midnight).
                 for (name, s) in slots.iter_mut() {
                     if s.pending != 0 || current.iter().any(|(n, _)| n == name) {
-                        batch.push((name.clone(), s.pending, Duration::from_secs(s.expires.saturating_sub(now))));
+                        let ttl = if s.hold { HOLD_SECS } else { s.expires.saturating_sub(now) };
+                        batch.push((name.clone(), s.pending, Duration::from_secs(ttl)));
                         s.flight = s.flight.saturating_add(s.pending);
                         s.pending = 0;
                     }
@@ -173,36 +403,6 @@ impl Ledger {
         let Ok(all) = self.slots.lock() else { return Used::default() };
         let v = |i: usize| all.get(key).and_then(|s| s.get(&current[i].0)).map_or(0, Slot::value);
         Used { tokens_day: v(0), cost_day: v(1), tokens_month: v(2), cost_month: v(3) }
-    }
-
-    /// Refuses a request of `key` when one of its budgets is used up.
-    pub async fn check(&self, key: &str, budget: &Budget) -> Result<(), Refusal> {
-        if budget.is_empty() {
-            return Ok(());
-        }
-        let used = self.sync(key).await;
-        let now = period::now();
-        let p = Periods::at(now);
-        for b in self.budgets(budget, &used, &p) {
-            if b.remaining <= 0.0 {
-                let what = match b.name {
-                    "tokens_per_day" => format!("{} tokens per day", b.limit),
-                    "cost_per_day" => format!("{} {} per day", b.limit, self.currency),
-                    _ => format!("{} {} per month", b.limit, self.currency),
-                };
-                let period = if b.name == "cost_per_month" { "the first of the month" } else { "midnight" };
-                return Err(Refusal {
-                    message: format!(
-                        "This key has used up its budget `{}` ({what}; used {}). It resets at {} (UTC {period}).",
-                        b.name,
-                        b.used,
-                        period::rfc3339(b.resets_at)
-                    ),
-                    retry_after: b.resets_at.saturating_sub(now).max(1),
-                });
-            }
-        }
-        Ok(())
     }
 
     fn budgets(&self, budget: &Budget, used: &Used, p: &Periods) -> Vec<Line> {
@@ -334,16 +534,39 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn reservations_of_requests_in_flight_count_and_are_released() {
+        let ledger = Arc::new(Ledger::new(Arc::new(MemoryStore::new(100)), None));
+        let budget = Budget { tokens_per_day: Some(100), ..Budget::default() };
+        // A lone request is admitted whatever its estimate; then only what fits.
+        let a = ledger.reserve("k", &budget, 150, 0).await.unwrap().unwrap();
+        let e = ledger.reserve("k", &budget, 1, 0).await.unwrap_err();
+        assert!(e.message.contains("reserved by requests in flight") && e.message.contains("at most one request"));
+        assert_eq!(e.retry_after, 1);
+        drop(a); // released unsettled
+        let holds: Vec<Hold> = futures_util::future::join_all((0..5).map(|_| ledger.reserve("k", &budget, 30, 0)))
+            .await
+            .into_iter()
+            .filter_map(|r| r.ok().flatten())
+            .collect();
+        assert_eq!(holds.len(), 3, "30 + 30 + 30 fit in 100, a fourth does not");
+        for h in holds {
+            h.settle(&Tokens { input: 20, ..Tokens::default() }, 0);
+        }
+        assert_eq!(ledger.sync("k").await.tokens_day, 60, "settled from the real usage");
+        assert!(ledger.reserve("k", &budget, 30, 0).await.is_ok(), "nothing is held any more");
+    }
+
+    #[tokio::test]
     async fn a_key_over_its_tokens_is_refused_with_the_reset() {
         let ledger = Arc::new(Ledger::new(Arc::new(MemoryStore::new(100)), None));
         let budget = Budget { tokens_per_day: Some(100), ..Budget::default() };
-        assert_eq!(ledger.check("alice", &budget).await, Ok(()));
-        ledger.charge("alice", &Tokens { input: 90, output: 20, ..Tokens::default() }, 5_000);
-        let e = ledger.check("alice", &budget).await.unwrap_err();
+        let hold = ledger.reserve("alice", &budget, 10, 0).await.unwrap().unwrap();
+        hold.settle(&Tokens { input: 90, output: 20, ..Tokens::default() }, 5_000);
+        let e = ledger.reserve("alice", &budget, 10, 0).await.unwrap_err();
         let tomorrow = period::rfc3339(Periods::at(period::now()).day_ends);
         assert!(e.message.contains("tokens_per_day") && e.message.contains(&tomorrow), "{}", e.message);
         assert!(e.retry_after >= 1 && e.retry_after <= 86_400);
-        assert_eq!(ledger.check("bob", &budget).await, Ok(()), "budgets are per key");
+        assert!(ledger.reserve("bob", &budget, 10, 0).await.is_ok(), "budgets are per key");
         let r = ledger.report("alice", &budget).await;
         assert_eq!(r["today"]["tokens"], 110);
         assert_eq!(r["month"]["cost"], 0.000005);
@@ -351,9 +574,8 @@ mod tests {
         assert_eq!(r["budgets"]["tokens_per_day"]["resets_at"], tomorrow.as_str());
         // A cost budget.
         let budget = Budget { cost_per_month: Some(0.00001), ..Budget::default() };
-        assert_eq!(ledger.check("alice", &budget).await, Ok(()));
-        ledger.charge("alice", &Tokens::default(), 5_000);
-        let e = ledger.check("alice", &budget).await.unwrap_err();
+        ledger.reserve("alice", &budget, 0, 1).await.unwrap().unwrap().settle(&Tokens::default(), 5_000);
+        let e = ledger.reserve("alice", &budget, 0, 1).await.unwrap_err();
         assert!(e.message.contains("cost_per_month") && e.message.contains("first of the month"), "{}", e.message);
     }
 }

@@ -31,6 +31,8 @@ pub struct Turn {
     events: AtomicU64,
     /// The size of a whole answer (the estimate of one without usage).
     body_bytes: AtomicU64,
+    /// The most tokens a usage may report in one count.
+    cap: u64,
 }
 
 impl Turn {
@@ -38,10 +40,25 @@ impl Turn {
     /// every chunk is counted once, by its last.
     pub fn usage(&self, u: &serde_json::Value) {
         if let Some(t) = Tokens::of(u)
+            && self.plausible(&t)
             && let Ok(mut slot) = self.usage.lock()
         {
             *slot = Some(t);
         }
+    }
+
+    /// Usage beyond the cap (`u64::MAX` tokens from a broken upstream) is
+    /// not believed: the turn is estimated as if it had none.
+    fn plausible(&self, t: &Tokens) -> bool {
+        if t.input <= self.cap && t.output <= self.cap {
+            return true;
+        }
+        crate::metrics::usage_implausible(&self.provider);
+        tracing::warn!(
+            provider = %self.provider, input = t.input, output = t.output, cap = self.cap,
+            "upstream usage is beyond [limits] max_usage_tokens: estimated instead"
+        );
+        false
     }
 
     /// Counts read by the whole-answer fast path (OpenAI's own fields).
@@ -50,7 +67,10 @@ impl Turn {
             && let Ok(mut slot) = self.usage.lock()
         {
             let (input, output) = (input.unwrap_or(0), output.unwrap_or(0));
-            *slot = Some(Tokens { input, cached: cached.unwrap_or(0).min(input), output, reasoning: 0 });
+            let t = Tokens { input, cached: cached.unwrap_or(0).min(input), output, reasoning: 0 };
+            if self.plausible(&t) {
+                *slot = Some(t);
+            }
         }
     }
 
@@ -80,7 +100,12 @@ pub struct Tally {
     turns: Mutex<Vec<Arc<Turn>>>,
     request_bytes: AtomicU64,
     counted: std::sync::atomic::AtomicBool,
+    /// `[limits] max_usage_tokens` (0: the default).
+    usage_cap: AtomicU64,
 }
+
+/// The usage cap when the edge set none (`[limits] max_usage_tokens`'s default).
+pub const DEFAULT_USAGE_CAP: u64 = 10_000_000;
 
 /// What one request used and cost.
 #[derive(Debug, Clone, Default)]
@@ -117,6 +142,10 @@ impl Tally {
             usage: Mutex::new(None),
             events: AtomicU64::new(0),
             body_bytes: AtomicU64::new(0),
+            cap: match self.usage_cap.load(Ordering::Relaxed) {
+                0 => DEFAULT_USAGE_CAP,
+                n => n,
+            },
         });
         if let Ok(mut turns) = self.turns.lock()
             && turns.len() < 1024
@@ -124,6 +153,11 @@ impl Tally {
             turns.push(t.clone());
         }
         t
+    }
+
+    /// The most tokens an upstream answer's usage may report in one count.
+    pub fn usage_cap(&self, n: u64) {
+        self.usage_cap.store(n, Ordering::Relaxed);
     }
 
     /// The client's request body size (for estimates).
@@ -204,5 +238,15 @@ mod tests {
         assert_eq!(s.tokens, Tokens { input: 10 + 100, cached: 0, output: 3 + 7, reasoning: 0 });
         assert_eq!(s.cost, (110 * 1000) + (10 * 2000));
         assert_eq!(tally.summary("CNY").cost, 0, "another currency is not this budget's");
+        // Usage beyond the cap is estimated instead.
+        let tally = Tally::default();
+        tally.request_bytes(40);
+        let t = tally.turn("v", "m", None);
+        t.usage(&json!({"prompt_tokens": u64::MAX, "completion_tokens": 3}));
+        t.tokens(Some(u64::MAX), None, Some(u64::MAX));
+        t.event();
+        let s = tally.summary("USD");
+        assert!(s.estimated);
+        assert_eq!(s.tokens, Tokens { input: 10, output: 1, ..Tokens::default() });
     }
 }

@@ -73,6 +73,32 @@ pub trait StateStore: Send + Sync {
         let _ = counters;
         Box::pin(async { Ok(None) })
     }
+    /// Reserves `amounts[i]` on reservation counter `held[i]` when every
+    /// counter with a limit (`limits[i]`, -1: none) admits it — used plus
+    /// held plus the amount within the limit, or nothing held and something
+    /// left — all in one atomic step (`spend::ledger`). The reservation
+    /// counters live `hold_ttl` after the last reservation. `None`: this
+    /// backend keeps no shared counters, the caller reserves in process.
+    fn reserve_counters<'a>(
+        &'a self,
+        used: &'a [String],
+        held: &'a [String],
+        limits: &'a [i64],
+        amounts: &'a [i64],
+        hold_ttl: Duration,
+    ) -> BoxFuture<'a, Result<Option<Reserved>, StateError>> {
+        let _ = (used, held, limits, amounts, hold_ttl);
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// The answer of [`StateStore::reserve_counters`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reserved {
+    /// Reserved; the used counters' values.
+    Held(Vec<i64>),
+    /// Counter `index` does not admit it: its used and held values.
+    Refused { index: usize, used: i64, held: i64 },
 }
 
 /// The answer of [`StateStore::take_rate`].

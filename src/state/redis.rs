@@ -14,7 +14,7 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 use super::redis_conn::{self, Conn};
-use super::{RateDecision, StateError, StateStore};
+use super::{RateDecision, Reserved, StateError, StateStore};
 use crate::config::state::StateConfig;
 
 /// Longest time one Redis operation may take before the request goes on
@@ -41,7 +41,8 @@ return 0
 
 /// Spend counters in one atomic step: KEYS are the counters, ARGV pairs
 /// of delta and time to live (ms, set when the counter has none). Returns
-/// every counter's value.
+/// every counter's value. A counter never goes below 0 (a reservation
+/// released after its counter expired).
 const COUNTERS: &str = r"
 local out = {}
 for i, k in ipairs(KEYS) do
@@ -49,12 +50,48 @@ for i, k in ipairs(KEYS) do
   local v
   if d ~= 0 then
     v = redis.call('INCRBY', k, d)
+    if v < 0 then
+      redis.call('SET', k, 0)
+      v = 0
+    end
     if redis.call('PTTL', k) < 0 then redis.call('PEXPIRE', k, ARGV[2 * i]) end
   else
     v = tonumber(redis.call('GET', k) or '0')
   end
   out[i] = v
 end
+return out
+";
+
+/// A budget reservation in one atomic step (`spend::ledger`): KEYS are n
+/// used counters then their n reservation counters (one hash tag, one
+/// Cluster slot); ARGV are n pairs of limit (-1: none) and amount, then the
+/// reservation counters' time to live (ms). A counter admits the amount
+/// when used + held + amount is within its limit, or when nothing is held
+/// and something is left. Returns {1, used...} when every counter admits it
+/// (and adds the amounts), else {0, index, used, held} of the first that
+/// does not.
+const RESERVE: &str = r"
+local n = #KEYS / 2
+local used = {}
+for i = 1, n do
+  local u = tonumber(redis.call('GET', KEYS[i]) or '0')
+  local h = tonumber(redis.call('GET', KEYS[n + i]) or '0')
+  if h < 0 then h = 0 end
+  local limit = tonumber(ARGV[2 * i - 1])
+  local amount = tonumber(ARGV[2 * i])
+  if limit >= 0 and not (u + h + amount <= limit or (h == 0 and u < limit)) then
+    return {0, i, u, h}
+  end
+  used[i] = u
+end
+for i = 1, n do
+  local amount = tonumber(ARGV[2 * i])
+  if amount ~= 0 then redis.call('INCRBY', KEYS[n + i], amount) end
+  redis.call('PEXPIRE', KEYS[n + i], ARGV[2 * n + 1])
+end
+local out = {1}
+for i = 1, n do out[i + 1] = used[i] end
 return out
 ";
 
@@ -65,6 +102,7 @@ pub struct RedisStore {
     up: AtomicBool,
     gcra: redis::Script,
     counters: redis::Script,
+    reserve: redis::Script,
 }
 
 impl RedisStore {
@@ -90,6 +128,7 @@ impl RedisStore {
             up: AtomicBool::new(true),
             gcra: redis::Script::new(GCRA),
             counters: redis::Script::new(COUNTERS),
+            reserve: redis::Script::new(RESERVE),
         })
     }
 
@@ -219,6 +258,36 @@ impl StateStore for RedisStore {
             // Sent once: a retry after a lost answer could count twice.
             let v: Vec<i64> = self.bounded("counters", async move { inv.invoke_async(&mut conn).await }).await?;
             Ok(Some(v))
+        })
+    }
+
+    fn reserve_counters<'a>(
+        &'a self,
+        used: &'a [String],
+        held: &'a [String],
+        limits: &'a [i64],
+        amounts: &'a [i64],
+        hold_ttl: Duration,
+    ) -> BoxFuture<'a, Result<Option<Reserved>, StateError>> {
+        Box::pin(async move {
+            let mut conn = self.conn.clone();
+            let mut inv = self.reserve.prepare_invoke();
+            for k in used.iter().chain(held) {
+                inv.key(key(super::ns::SPEND, k));
+            }
+            for (limit, amount) in limits.iter().zip(amounts) {
+                inv.arg(*limit).arg(*amount);
+            }
+            inv.arg(u64::try_from(hold_ttl.as_millis()).unwrap_or(u64::MAX).max(1));
+            // Sent once, like the counters.
+            let v: Vec<i64> = self.bounded("reserve", async move { inv.invoke_async(&mut conn).await }).await?;
+            match v.as_slice() {
+                [1, used @ ..] => Ok(Some(Reserved::Held(used.to_vec()))),
+                [0, i, u, h] => {
+                    Ok(Some(Reserved::Refused { index: usize::try_from(*i - 1).unwrap_or(0), used: *u, held: *h }))
+                }
+                _ => Err(StateError::Corrupt(format!("budget script answered {v:?}"))),
+            }
         })
     }
 }

@@ -271,13 +271,25 @@ pub struct Server {
 
 impl Server {
     /// `command args…` or the URL, for messages.
+    /// What the server is, for the console: the command without its
+    /// arguments (they often carry a token), or the URL without its user
+    /// info and query.
     pub fn target(&self) -> String {
         match (&self.config.command, &self.config.url) {
-            (Some(c), _) => std::iter::once(c.as_str())
-                .chain(self.config.args.iter().map(String::as_str))
-                .collect::<Vec<_>>()
-                .join(" "),
-            (None, Some(u)) => u.clone(),
+            (Some(c), _) => match self.config.args.len() {
+                0 => c.clone(),
+                n => format!("{c} (+{n} argument{} not shown)", if n == 1 { "" } else { "s" }),
+            },
+            (None, Some(u)) => match reqwest::Url::parse(u) {
+                Ok(mut url) => {
+                    let _ = url.set_username("");
+                    let _ = url.set_password(None);
+                    url.set_query(None);
+                    url.set_fragment(None);
+                    url.to_string()
+                }
+                Err(_) => "(an unparsable URL)".into(),
+            },
             (None, None) => String::new(),
         }
     }

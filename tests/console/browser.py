@@ -46,6 +46,12 @@ def chat_id(model, text, rid):
         return r.status
 
 
+def skills_generation():
+    req = urllib.request.Request(BASE + "/console/api/proxy", headers={"authorization": "Bearer " + ADMIN})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())["skills"]["generation"]
+
+
 def main():
     # Generous: CI runs this beside every other test on two cores.
     expect.set_options(timeout=15_000)
@@ -130,6 +136,16 @@ def main():
         expect(page.locator('#providers .provider[data-name="v"]')).to_contain_text("closed")
         expect(page.locator("#errors")).to_contain_text("upstream exploded")
         page.screenshot(path=os.path.join(ART, "console-proxy.png"), full_page=True)
+
+        # The page's own script sends the session's CSRF token with a change.
+        before = skills_generation()
+        page.click("#reload-skills")
+        page.wait_for_function("!document.querySelector('#reload-skills') || !document.querySelector('#reload-skills').disabled")
+        for _ in range(50):
+            if skills_generation() != before:
+                break
+            page.wait_for_timeout(100)
+        assert skills_generation() != before, "the console's Reload skills button did not reload"
 
         assert not errors, errors
         browser.close()

@@ -420,25 +420,41 @@ impl Drop for Child {
     }
 }
 
-/// server-everything over Streamable HTTP on `port`, once it accepts.
+/// server-everything over Streamable HTTP on `port`, once it accepts. A
+/// server that exits at start (the port held a moment by another test's
+/// socket) is started again, within one bounded wait.
 async fn http_everything(port: u16) -> Child {
-    let child = Child(
-        std::process::Command::new("node")
-            .arg(mcp_everything::script())
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
+    let log = tempfile::NamedTempFile::new().unwrap();
     // Node's start takes seconds on a loaded 2-core machine.
     let until = Instant::now() + Duration::from_secs(60);
-    while tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_err() {
-        assert!(Instant::now() < until, "the MCP HTTP server did not start");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    loop {
+        let mut child = Child(
+            std::process::Command::new("node")
+                .arg(mcp_everything::script())
+                .arg("streamableHttp")
+                .env("PORT", port.to_string())
+                .stdout(std::process::Stdio::null())
+                .stderr(log.reopen().unwrap())
+                .spawn()
+                .unwrap(),
+        );
+        loop {
+            if tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok() {
+                return child;
+            }
+            let exited = child.0.try_wait().unwrap().is_some();
+            assert!(
+                Instant::now() < until,
+                "the MCP HTTP server did not start: {}",
+                std::fs::read_to_string(log.path()).unwrap_or_default()
+            );
+            if exited {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    child
 }
 
 fn free_port() -> u16 {

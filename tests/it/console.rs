@@ -9,7 +9,7 @@
 use crate::common;
 use crate::support::pyenv;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,8 +27,6 @@ const ADMIN_ENV: &str = "MODELSHIM_CONSOLE_TEST_ADMIN_KEY";
 const PROVIDER_ENV: &str = "MODELSHIM_CONSOLE_TEST_PROVIDER_KEY";
 /// How long the slow upstream takes over the second iteration.
 const SLOW: Duration = Duration::from_millis(2500);
-/// The Playwright for Python release the browser test pins.
-const PLAYWRIGHT: &str = "1.65.2";
 
 fn last_user(req: &Value) -> String {
     let m = req["messages"].as_array().unwrap().iter().rev().find(|m| m["role"] == "user").unwrap();
@@ -468,34 +466,10 @@ async fn no_key_appears_in_anything_the_console_serves() {
     }
 }
 
-/// The venv with the pinned Playwright for Python (its driver comes in the
-/// wheel; the browser is Debian's).
-fn playwright_env() -> PathBuf {
-    let venv = pyenv::sdk_dir().join("venv-playwright");
-    let py = venv.join("bin/python");
-    let probe = format!("import importlib.metadata as m, sys; sys.exit(m.version('playwright') != {PLAYWRIGHT:?})");
-    pyenv::locked(
-        "venv-playwright",
-        || pyenv::run(Command::new(&py).args(["-c", &probe])).is_ok(),
-        || {
-            pyenv::run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv))
-                .and_then(|_| {
-                    pyenv::run(
-                        Command::new(&py)
-                            .args(["-m", "pip", "install", "--quiet"])
-                            .arg(format!("playwright=={PLAYWRIGHT}")),
-                    )
-                })
-                .map(drop)
-        },
-    );
-    py
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_console_in_a_real_browser() {
     assert!(Path::new("/usr/bin/chromium").exists(), "Debian's chromium is needed (apt-get install chromium)");
-    let py = tokio::task::spawn_blocking(playwright_env).await.unwrap();
+    let py = tokio::task::spawn_blocking(pyenv::playwright_env).await.unwrap();
     let s = on("").await;
     let artifacts = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/console-artifacts");
     std::fs::create_dir_all(&artifacts).unwrap();

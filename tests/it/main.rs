@@ -13,6 +13,7 @@ mod codex;
 mod console;
 mod fixtures;
 mod fuzz_request;
+mod hardening;
 mod messages;
 mod nesting;
 mod one_way;

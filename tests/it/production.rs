@@ -650,7 +650,7 @@ async fn http2_and_http1_on_one_port() {
     // "P" could begin the preface or "POST": the rest decides.
     let body = stream_req().to_string();
     let head = format!(
-        "OST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+        "OST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
         body.len()
     );
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -1382,7 +1382,7 @@ async fn silent_and_slow_clients_are_cut() {
     within(limit, "a silent connection", until_closed(&mut silent)).await;
 
     let mut slow_head = tokio::net::TcpStream::connect(addr).await.unwrap();
-    slow_head.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n").await.unwrap();
+    slow_head.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\n").await.unwrap();
     let drip = async {
         for _ in 0..100 {
             if slow_head.write_all(b"x").await.is_err() {
@@ -1400,7 +1400,7 @@ async fn silent_and_slow_clients_are_cut() {
     let body = stream_req().to_string();
     let mut slow_body = tokio::net::TcpStream::connect(addr).await.unwrap();
     let head = format!(
-        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: localhost\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
         body.len()
     );
     slow_body.write_all(head.as_bytes()).await.unwrap();
@@ -1422,6 +1422,8 @@ async fn connections_per_address_are_capped() {
     let (url, _) = scripted(vec![], Act::Stream { n: 1, gap: Duration::ZERO, size: 1 }).await;
     let (addr, stop, server) = serve_with(&url, Duration::from_secs(5), Some(1), |c| {
         c.limits.max_connections_per_ip = 2;
+        // The test's client is on loopback, exempt by default.
+        c.limits.cap_loopback_connections = true;
         c.limits.header_read_timeout_secs = 30.0;
     })
     .await;

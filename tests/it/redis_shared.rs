@@ -52,12 +52,18 @@ fn start_redis_on(port: u16) -> Redis {
     Redis { child, port }
 }
 
+/// Tests whose replicas run in this process take turns: the Redis gauge
+/// (`modelshim_state_backend_up`) is one per process, and one test's dead
+/// Redis must not be read while another's is up.
+static IN_PROCESS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 async fn replica(upstream: &str, redis_port: u16) -> (Proxy, modelshim::server::Shared) {
     replica_with(upstream, redis_port, "", "").await
 }
 
 #[tokio::test]
 async fn replicas_share_state_through_redis() {
+    let _gauge = IN_PROCESS.lock().await;
     let mut redis = start_redis();
     let server = MockServer::start().await;
     let body = completion(json!({"role": "assistant", "content": "ok"}), "stop");
@@ -99,6 +105,7 @@ async fn replicas_share_state_through_redis() {
 /// every replica). It is retried on the new connection and lands.
 #[tokio::test]
 async fn the_first_write_after_a_redis_restart_lands() {
+    let _gauge = IN_PROCESS.lock().await;
     let mut redis = start_redis();
     let port = redis.port;
     let server = MockServer::start().await;
@@ -177,6 +184,7 @@ fn weather_tools() -> serde_json::Value {
 /// DeepSeek-like upstream that rejects a tool-call turn without it.
 #[tokio::test]
 async fn reasoning_captured_by_one_replica_is_restored_by_the_other() {
+    let _gauge = IN_PROCESS.lock().await;
     let _redis = start_redis();
     let port = _redis.port;
     let (server, _log) = scripted(|body| {
@@ -213,6 +221,7 @@ async fn reasoning_captured_by_one_replica_is_restored_by_the_other() {
 /// continued by replica B, which splices A's hidden server call back in.
 #[tokio::test]
 async fn mixed_tool_turn_served_by_one_replica_is_continued_by_the_other() {
+    let _gauge = IN_PROCESS.lock().await;
     let _redis = start_redis();
     let port = _redis.port;
     let (server, log) = scripted(mixed_turn_brain).await;
@@ -318,6 +327,7 @@ redis_url = "redis://127.0.0.1:{}/"
 
 #[tokio::test]
 async fn a_stored_response_is_continued_and_read_on_the_other_replica() {
+    let _gauge = IN_PROCESS.lock().await;
     let mut redis = start_redis();
     let server = MockServer::start().await;
     let body = completion(json!({"role": "assistant", "content": "ok"}), "stop");
@@ -477,4 +487,67 @@ async fn redis_killed_mid_run_counts_locally_and_reconciles_after_the_restart() 
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
     assert_eq!(server.received_requests().await.unwrap().len(), 2, "the 429 never reached the upstream");
+}
+
+/// Issue 44, item 1: 30 requests at once over two replicas sharing one
+/// redis-server, on a key with `tokens_per_day = 100`, the upstream taking
+/// 1 s and 15 tokens each. Both replicas reserve in Redis (one script)
+/// before sending: what is served stays within the budget plus one request.
+#[tokio::test]
+async fn two_replicas_hold_one_budget_under_concurrency() {
+    let _gauge = IN_PROCESS.lock().await;
+    let redis = start_redis();
+    let server = MockServer::start().await;
+    let mut c = completion(json!({"role": "assistant", "content": "ok"}), "stop");
+    c["usage"] = json!({"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15});
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_json(c).set_delay(Duration::from_secs(1)))
+        .mount(&server)
+        .await;
+    let auth = r#"[auth]
+keys = [{ key = "sk-race-shared-01", name = "race", tokens_per_day = 100 }]"#;
+    let (a, _) = replica_with(&server.uri(), redis.port, "", auth).await;
+    let (b, _) = replica_with(&server.uri(), redis.port, "", auth).await;
+    let mut tasks = Vec::new();
+    for i in 0..30 {
+        let p = if i % 2 == 0 { &a } else { &b };
+        let (http, url) = (p.http.clone(), p.url("/v1/chat/completions"));
+        tasks.push(tokio::spawn(async move {
+            let body = json!({"model": "v/m", "max_tokens": 5, "messages": [{"role": "user", "content": "hi"}]});
+            let r = http.post(url).bearer_auth("sk-race-shared-01").json(&body).send().await.unwrap();
+            let st = r.status().as_u16();
+            (st, r.json::<serde_json::Value>().await.unwrap_or_default())
+        }));
+    }
+    let (mut served, mut refusal) = (0, None);
+    for t in tasks {
+        match t.await.unwrap() {
+            (200, _) => served += 1,
+            (429, body) => refusal = Some(body),
+            (st, body) => panic!("{st}: {body}"),
+        }
+    }
+    assert!(served >= 1 && served * 15 <= 100 + 15, "{served} served: {} tokens of a 100 budget", served * 15);
+    let msg = refusal.expect("some were refused")["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("at most one request"), "{msg}");
+    // Settled from the real usage in Redis, seen by both.
+    let t = Instant::now();
+    loop {
+        let r = b.http.get(b.url("/v1/usage")).bearer_auth("sk-race-shared-01").send().await.unwrap();
+        let u: serde_json::Value = r.json().await.unwrap();
+        if u["today"]["tokens"] == served as u64 * 15 {
+            break;
+        }
+        assert!(t.elapsed() < Duration::from_secs(5), "{u}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    // Every key the budget script touches shares one hash tag (one Redis
+    // Cluster slot).
+    let keys = Command::new("redis-cli").args(["-p", &redis.port.to_string(), "--scan"]).output().unwrap();
+    let keys = String::from_utf8_lossy(&keys.stdout).to_string();
+    let spend: Vec<&str> = keys.lines().filter(|k| k.contains("spend")).collect();
+    assert!(!spend.is_empty(), "{keys}");
+    let tag = |k: &str| k.split_once('{').and_then(|(_, r)| r.split_once('}')).map(|(t, _)| t.to_string());
+    let first = tag(spend[0]).unwrap_or_else(|| panic!("no hash tag in {}", spend[0]));
+    assert!(spend.iter().all(|k| tag(k).as_deref() == Some(first.as_str())), "{spend:?}");
 }

@@ -7,9 +7,18 @@
 //! and the static assets wants the admin key (`[console] admin_key_env`),
 //! as `Authorization: Bearer` or the session cookie the login form sets. The
 //! proxy keys are not accepted here, nor is the admin key by the proxy.
+//!
+//! Sessions are random tokens kept here: logout revokes one, each expires
+//! after `session_ttl_secs`. `SameSite=Strict` does not separate ports of
+//! one host, so every route that changes something (login, logout, skills
+//! reload) also wants a same-origin request (`Origin`, `Sec-Fetch-Site`)
+//! and, with a session cookie, the session's CSRF token (the page carries
+//! it; the script sends it as `x-csrf-token`, forms as `csrf`). Repeated
+//! failed logins lock the login out for a while, longer each time.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::Router;
@@ -34,15 +43,38 @@ const JS: &str = include_str!("assets/app.js");
 /// A keep-alive comment on a quiet live stream.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
+/// At most this many live sessions; a new login ends the oldest beyond it.
+const MAX_SESSIONS: usize = 64;
+/// Failed logins in a row before the login is locked.
+const FREE_FAILURES: u32 = 5;
+/// The longest lock after failed logins.
+const MAX_LOCK: Duration = Duration::from_secs(300);
+
+/// One login.
+struct Session {
+    expires: Instant,
+    /// What a state-changing request of this session must carry.
+    csrf: String,
+}
+
+/// Failed logins in a row, and until when the login is locked.
+#[derive(Default)]
+struct Throttle {
+    failures: u32,
+    until: Option<Instant>,
+}
+
 /// The console of a server: its recorder and how an admin is told.
 pub struct Site {
     pub recorder: Arc<Console>,
     /// The admin key's digest (none: the variable is not set, and every
     /// console request is refused).
     admin: Option<[u8; 32]>,
-    /// The session cookie's value: a digest of the key and a secret drawn at
-    /// start, so the cookie is not the key and dies with the process.
-    session: [u8; 32],
+    /// Live sessions by the digest of their cookie (random, so the cookie is
+    /// not the key; dies with the process, or at logout, or at expiry).
+    sessions: Mutex<HashMap<[u8; 32], Session>>,
+    session_ttl: Duration,
+    throttle: Mutex<Throttle>,
     admin_key_env: String,
     started: Instant,
 }
@@ -73,16 +105,74 @@ impl Site {
         if let Some(k) = &key {
             secrets.push(k.clone());
         }
-        let salt = [fastrand::u64(..).to_le_bytes(), fastrand::u64(..).to_le_bytes()].concat();
-        let session = digest(&[b"modelshim-console-session\0", &salt, key.as_deref().unwrap_or("").as_bytes()]);
         let recorder = Console::new(cfg, secrets);
         Some(Site {
             recorder,
             admin: key.map(|k| digest(&[k.as_bytes()])),
-            session,
+            sessions: Mutex::new(HashMap::new()),
+            session_ttl: Duration::from_secs(cfg.session_ttl_secs.clamp(1, 366 * 86_400)),
+            throttle: Mutex::new(Throttle::default()),
             admin_key_env: cfg.admin_key_env.clone(),
             started: Instant::now(),
         })
+    }
+
+    /// A new session: its cookie value and CSRF token.
+    fn open_session(&self) -> String {
+        let (token, csrf) = (random_hex(), random_hex());
+        let now = Instant::now();
+        if let Ok(mut all) = self.sessions.lock() {
+            all.retain(|_, s| s.expires > now);
+            while all.len() >= MAX_SESSIONS {
+                let Some(oldest) = all.iter().min_by_key(|(_, s)| s.expires).map(|(k, _)| *k) else { break };
+                all.remove(&oldest);
+            }
+            all.insert(digest(&[token.as_bytes()]), Session { expires: now + self.session_ttl, csrf });
+        }
+        token
+    }
+
+    /// The cookie's session, when it is live: its digest and CSRF token.
+    fn session(&self, h: &HeaderMap) -> Option<([u8; 32], String)> {
+        let now = Instant::now();
+        let all = self.sessions.lock().ok()?;
+        cookies(h).find_map(|c| {
+            let d = digest(&[c.as_bytes()]);
+            all.get(&d).filter(|s| s.expires > now).map(|s| (d, s.csrf.clone()))
+        })
+    }
+
+    /// Ends the cookie's session.
+    fn close_session(&self, d: &[u8; 32]) {
+        if let Ok(mut all) = self.sessions.lock() {
+            all.remove(d);
+        }
+    }
+
+    /// How long the login is locked for, if it is.
+    fn locked(&self) -> Option<Duration> {
+        let t = self.throttle.lock().ok()?;
+        t.until.and_then(|u| u.checked_duration_since(Instant::now())).filter(|d| !d.is_zero())
+    }
+
+    /// Counts a login: a failure past [`FREE_FAILURES`] locks the login for
+    /// twice as long as the previous lock, up to [`MAX_LOCK`].
+    fn login_result(&self, ok: bool) {
+        let Ok(mut t) = self.throttle.lock() else { return };
+        if ok {
+            *t = Throttle::default();
+            return;
+        }
+        t.failures = t.failures.saturating_add(1);
+        if t.failures >= FREE_FAILURES {
+            let lock = Duration::from_secs(1u64 << (t.failures - FREE_FAILURES).min(16)).min(MAX_LOCK);
+            t.until = Some(Instant::now() + lock);
+            tracing::warn!(
+                failures = t.failures,
+                lock_secs = lock.as_secs(),
+                "console: failed admin logins; login locked"
+            );
+        }
     }
 
     /// Whether `key` is the admin key (compared in constant time).
@@ -102,14 +192,67 @@ impl Site {
         if let Some(k) = bearer {
             return self.is_admin_key(k.trim().as_bytes());
         }
-        let want = hex(&self.session);
-        h.get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|c| c.trim().strip_prefix(COOKIE).and_then(|c| c.strip_prefix('=')))
-            .any(|c| bool::from(c.as_bytes().ct_eq(want.as_bytes())))
+        self.session(h).is_some()
     }
+
+    /// Whether a request may change something: the admin key as a bearer
+    /// (no ambient credential a page could borrow), or a live session whose
+    /// CSRF token it carries (`x-csrf-token`, or the form's `csrf`); and in
+    /// both cases sent by a page of this origin, if by a page at all.
+    fn may_change(&self, h: &HeaderMap, form: Option<&[u8]>) -> Result<(), Refused> {
+        if !same_origin(h) {
+            return Err(Refused::CrossSite);
+        }
+        if h.contains_key(header::AUTHORIZATION) {
+            return if self.admitted(h) { Ok(()) } else { Err(Refused::Unauthorized) };
+        }
+        let Some((_, want)) = self.session(h) else { return Err(Refused::Unauthorized) };
+        let sent = h
+            .get("x-csrf-token")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+            .or_else(|| form.and_then(|b| form_value(b, "csrf")));
+        match sent {
+            Some(t) if bool::from(t.as_bytes().ct_eq(want.as_bytes())) => Ok(()),
+            _ => Err(Refused::CrossSite),
+        }
+    }
+}
+
+/// The console cookie's values in the request.
+fn cookies(h: &HeaderMap) -> impl Iterator<Item = &str> {
+    h.get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().strip_prefix(COOKIE).and_then(|c| c.strip_prefix('=')))
+}
+
+/// 32 random bytes from the OS, as hex.
+fn random_hex() -> String {
+    use chacha20poly1305::aead::rand_core::RngCore;
+    let mut b = [0u8; 32];
+    chacha20poly1305::aead::OsRng.fill_bytes(&mut b);
+    hex(&b)
+}
+
+/// Whether a request is not a page's of another origin: `Sec-Fetch-Site`,
+/// when sent, is `same-origin` (or `none`: typed by the user), and `Origin`,
+/// when sent, is this server's own (`http(s)://` and the request's `Host`).
+/// Ports count: a page on another port of 127.0.0.1 is another origin.
+fn same_origin(h: &HeaderMap) -> bool {
+    if let Some(site) = h.get("sec-fetch-site")
+        && !matches!(site.as_bytes(), b"same-origin" | b"none")
+    {
+        return false;
+    }
+    let Some(origin) = h.get(header::ORIGIN) else { return true };
+    let (Ok(origin), Some(Ok(host))) = (origin.to_str(), h.get(header::HOST).map(|v| v.to_str())) else {
+        return false;
+    };
+    let origin = origin.to_ascii_lowercase();
+    let host = host.to_ascii_lowercase();
+    origin.strip_prefix("http://").or_else(|| origin.strip_prefix("https://")) == Some(host.as_str())
 }
 
 /// A path the console serves (the edge leaves it to the console's own key).
@@ -197,20 +340,40 @@ async fn page(State(s): State<Shared>, h: HeaderMap) -> Response {
     if !site.admitted(&h) {
         return login_page(site, StatusCode::UNAUTHORIZED, "");
     }
-    html(StatusCode::OK, PAGE.to_string())
+    // With the admin key as a bearer there is no session, nor a token.
+    let csrf = site.session(&h).map(|(_, t)| t).unwrap_or_default();
+    html(StatusCode::OK, PAGE.replace("{{csrf}}", &csrf))
 }
 
 /// `key=…` from the login form: the session cookie, and back to the console.
-async fn login(State(s): State<Shared>, body: Bytes) -> Response {
+async fn login(State(s): State<Shared>, h: HeaderMap, body: Bytes) -> Response {
     let Some(site) = &s.console else { return not_found() };
+    // A page of another origin must not log the browser in (login CSRF).
+    if !same_origin(&h) {
+        return Refused::CrossSite.into_response();
+    }
+    if let Some(wait) = site.locked() {
+        let mut r = login_page(site, StatusCode::TOO_MANY_REQUESTS, "Too many failed logins: try again later.");
+        let secs = wait.as_secs().max(1).to_string();
+        if let Ok(v) = HeaderValue::from_str(&secs) {
+            r.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        return r;
+    }
     let key = form_value(&body, "key").unwrap_or_default();
-    if !site.is_admin_key(key.as_bytes()) {
+    let ok = site.is_admin_key(key.as_bytes());
+    site.login_result(ok);
+    if !ok {
         return login_page(site, StatusCode::UNAUTHORIZED, "That is not the admin key.");
     }
     let next = form_value(&body, "next")
         .filter(|n| n.starts_with("/console") && !n.contains("//") && n.bytes().all(|b| b.is_ascii_graphic()))
         .unwrap_or_else(|| "/console".into());
-    let cookie = format!("{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/console", hex(&site.session));
+    let cookie = format!(
+        "{COOKIE}={}; HttpOnly; SameSite=Strict; Path=/console; Max-Age={}",
+        site.open_session(),
+        site.session_ttl.as_secs()
+    );
     let mut r = StatusCode::SEE_OTHER.into_response();
     if let (Ok(c), Ok(l)) = (HeaderValue::from_str(&cookie), HeaderValue::from_str(&next)) {
         r.headers_mut().insert(header::SET_COOKIE, c);
@@ -219,9 +382,13 @@ async fn login(State(s): State<Shared>, body: Bytes) -> Response {
     r
 }
 
-async fn logout(State(s): State<Shared>) -> Response {
-    if s.console.is_none() {
-        return not_found();
+async fn logout(State(s): State<Shared>, h: HeaderMap, body: Bytes) -> Response {
+    let Some(site) = &s.console else { return not_found() };
+    if let Err(r) = site.may_change(&h, Some(&body)) {
+        return r.into_response();
+    }
+    if let Some((d, _)) = site.session(&h) {
+        site.close_session(&d);
     }
     let cookie = format!("{COOKIE}=; HttpOnly; SameSite=Strict; Path=/console; Max-Age=0");
     let mut r = StatusCode::SEE_OTHER.into_response();
@@ -268,6 +435,9 @@ fn decode(s: &str) -> String {
 enum Refused {
     Off,
     Unauthorized,
+    /// A change not sent by the console's own page (another origin, no
+    /// CSRF token).
+    CrossSite,
 }
 
 impl IntoResponse for Refused {
@@ -277,6 +447,10 @@ impl IntoResponse for Refused {
             Refused::Unauthorized => {
                 let e = json!({"error": {"message": "The console wants the admin key.", "type": "invalid_request_error", "code": "console_unauthorized"}});
                 (StatusCode::UNAUTHORIZED, axum::Json(e)).into_response()
+            }
+            Refused::CrossSite => {
+                let e = json!({"error": {"message": "The console changes things only for its own page: same origin and the session's CSRF token.", "type": "invalid_request_error", "code": "console_csrf"}});
+                (StatusCode::FORBIDDEN, axum::Json(e)).into_response()
             }
         }
     }
@@ -441,6 +615,9 @@ async fn reload(State(s): State<Shared>, h: HeaderMap) -> Response {
         Ok(x) => x,
         Err(r) => return r.into_response(),
     };
+    if let Err(r) = site.may_change(&h, None) {
+        return r.into_response();
+    }
     let Some(skills) = s.core.tools.as_ref().and_then(|t| t.skills()).cloned() else {
         return json_out(site, json!({"reloaded": false, "message": "Skills are not enabled."}));
     };

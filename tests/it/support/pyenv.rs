@@ -170,3 +170,28 @@ pub fn locked(name: &str, ready: impl Fn() -> bool, install: impl FnOnce() -> Re
     }
     panic!("timed out waiting for another test to install {name}");
 }
+
+/// Playwright for Python, pinned: its driver comes in the wheel; the browser is Debian's.
+pub const PLAYWRIGHT: &str = "1.65.2";
+
+/// The venv with the pinned Playwright for Python (its driver comes in the
+/// wheel; the browser is Debian's).
+pub fn playwright_env() -> PathBuf {
+    let venv = sdk_dir().join("venv-playwright");
+    let py = venv.join("bin/python");
+    let probe = format!("import importlib.metadata as m, sys; sys.exit(m.version('playwright') != {PLAYWRIGHT:?})");
+    locked(
+        "venv-playwright",
+        || run(Command::new(&py).args(["-c", &probe])).is_ok(),
+        || {
+            run(Command::new("python3").args(["-m", "venv", "--clear"]).arg(&venv))
+                .and_then(|_| {
+                    run(Command::new(&py)
+                        .args(["-m", "pip", "install", "--quiet"])
+                        .arg(format!("playwright=={PLAYWRIGHT}")))
+                })
+                .map(drop)
+        },
+    );
+    py
+}

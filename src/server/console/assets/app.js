@@ -55,8 +55,14 @@
     if (typeof v === "string") return pretty(v);
     return JSON.stringify(v, null, 2);
   }
+  // The session's CSRF token (the page carries it): sent with every request
+  // that changes something.
+  const csrfMeta = document.querySelector('meta[name="csrf-token"]');
+  const CSRF = csrfMeta ? csrfMeta.getAttribute("content") : "";
   async function api(path, opts) {
-    const r = await fetch(path, Object.assign({ credentials: "same-origin", headers: { accept: "application/json" } }, opts || {}));
+    const headers = { accept: "application/json" };
+    if (opts && opts.method && opts.method !== "GET") headers["x-csrf-token"] = CSRF;
+    const r = await fetch(path, Object.assign({ credentials: "same-origin", headers }, opts || {}));
     if (r.status === 401) { location.reload(); throw new Error("signed out"); }
     return r.json().then((j) => ({ status: r.status, body: j }));
   }
