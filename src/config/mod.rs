@@ -148,6 +148,10 @@ pub struct ProviderConfig {
     /// matches, they win over the profile's `[prices]` (docs/spend.md).
     #[serde(default)]
     pub prices: BTreeMap<String, prices::Price>,
+    /// Context windows in tokens by model glob; win over the profile's
+    /// `[context_windows]`.
+    #[serde(default)]
+    pub context_windows: BTreeMap<String, u64>,
 }
 
 /// Upstream timeouts, retries and circuit breaker. A provider's

@@ -13,6 +13,7 @@ use super::Core;
 use super::context::{self, RequestCtx};
 use crate::error::ApiError;
 use crate::openai::ChatRequest;
+use crate::provider::context as provider_context;
 use crate::provider::request::Plan;
 use crate::provider::upstream::Reply;
 use crate::provider::{Route, UpstreamError, request, resilience};
@@ -30,29 +31,48 @@ pub struct Sent {
     pub turn: Option<Arc<crate::spend::Turn>>,
 }
 
-/// Sends the request along its route or fallback chain.
+/// Sends the request along its route or fallback chain. A context overflow
+/// moves on only to a later target with a larger window.
 pub async fn send(s: &Core, req: ChatRequest) -> Result<Sent, ApiError> {
     let routes = s.providers.routes(&req.model);
-    let Some((last, before)) = routes.split_last() else {
+    if routes.is_empty() {
         return Err(super::pipeline::route_for(s, &req.model)
             .err()
             .unwrap_or(ApiError::ModelNotFound(req.model.clone())));
-    };
+    }
     let ctx = context::current();
     // Each target rewrites a copy of its own; the last one takes the client's
     // request (the common single route makes no copy).
-    for (i, route) in before.iter().enumerate() {
-        match attempt(s, ctx.as_ref(), route, req.clone()).await {
-            Err(e) if resilience::falls_back(&e) => {
-                let (from, to) = (&route.provider.name, &routes[i + 1].provider.name);
-                crate::metrics::fallback(from, to);
-                crate::console::with(|c| c.fallback(from, to, &e.to_string()));
-                tracing::warn!(from = %from, to = %to, error = %e, "falling back to the next provider");
-            }
-            r => return r.map_err(ApiError::from),
+    let mut req = Some(req);
+    let (mut failed, mut floor) = (None, None);
+    for (i, route) in routes.iter().enumerate() {
+        if floor.is_some_and(|w| !provider_context::larger(route, w)) {
+            continue;
         }
+        let later = &routes[i + 1..];
+        let Some(r) = (if later.is_empty() { req.take() } else { req.clone() }) else { break };
+        let e = match attempt(s, ctx.as_ref(), route, r).await {
+            Err(e) if !later.is_empty() => e,
+            r => return r.map_err(ApiError::from),
+        };
+        let next = match provider_context::moves_on(&e, route, later) {
+            Some(w) => {
+                floor = Some(w);
+                later.iter().find(|r| provider_context::larger(r, w))
+            }
+            None if resilience::falls_back(&e) => {
+                later.iter().find(|r| floor.is_none_or(|w| provider_context::larger(r, w)))
+            }
+            None => return Err(ApiError::from(e)),
+        };
+        let Some(next) = next else { return Err(ApiError::from(e)) };
+        let (from, to) = (&route.provider.name, &next.provider.name);
+        crate::metrics::fallback(from, to);
+        crate::console::with(|c| c.fallback(from, to, &e.to_string()));
+        tracing::warn!(from = %from, to = %to, error = %e, "falling back to the next provider");
+        failed = Some(e);
     }
-    attempt(s, ctx.as_ref(), last, req).await.map_err(ApiError::from)
+    Err(failed.map_or_else(|| ApiError::ModelNotFound(String::new()), ApiError::from))
 }
 
 /// One target of the chain: the request rewritten for its profile, sent
@@ -80,7 +100,7 @@ async fn attempt(
     // allocator's 8 KiB size class: a request's future there, freed dirty
     // over both its pages, was reused as an open stream's connection buffer,
     // of which one page is used, so every open stream held a page more.
-    let reply = Box::pin(resilience::post(&s.upstream, p, "chat/completions", &req)).await?;
+    let reply = Box::pin(resilience::post_chat(&s.upstream, p, &req)).await?;
     let (reply, turn) = measured(reply, ctx, p, &route.model, price);
     Ok(Sent { route: route.clone(), plan, reply, conversation, turn })
 }

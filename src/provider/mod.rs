@@ -1,6 +1,7 @@
 //! Providers: profiles (vendor data), the resolved set of configured
 //! providers, and routing a request's `model` to one of them.
 
+pub mod context;
 pub mod direct;
 mod errors;
 mod messages;
@@ -88,6 +89,8 @@ pub struct Provider {
     known_models: std::collections::HashSet<String>,
     /// Prices by model glob: the config's, then the profile's.
     pub prices: crate::spend::Prices,
+    /// Context windows and the vendor's overflow errors.
+    pub context: context::Context,
 }
 
 impl Provider {
@@ -326,6 +329,12 @@ impl Providers {
                 known_models,
                 prices: crate::spend::Prices::new(&pc.prices, &profile.prices)
                     .map_err(|e| ConfigError::Invalid(format!("provider {name}: {e}")))?,
+                context: context::Context::new(
+                    name,
+                    &profile.context_windows,
+                    &pc.context_windows,
+                    &profile.errors.context_overflow,
+                )?,
                 profile,
             };
             by_name.insert(name.clone(), Arc::new(provider));

@@ -57,6 +57,11 @@ pub struct Profile {
     /// source and date; the longest matching glob wins (docs/spend.md).
     #[serde(default)]
     pub prices: BTreeMap<String, crate::config::prices::Price>,
+    /// Models' context windows in tokens, by model glob (the longest
+    /// matching glob wins): where an alias chain goes after a context
+    /// overflow, and the "M maximum" of the Messages front's overflow error.
+    #[serde(default)]
+    pub context_windows: BTreeMap<String, u64>,
 }
 
 /// Request rewrites for parameters and messages the vendor rejects.
@@ -314,6 +319,11 @@ pub struct ErrorQuirks {
     /// Vendor business codes (`"1113"`) to the HTTP status clients should see.
     #[serde(default)]
     pub codes: BTreeMap<String, u16>,
+    /// The vendor's "context too long" errors: regexes on the error message
+    /// (case-insensitive) that may capture `tokens` (the prompt's) and `max`
+    /// (the window). A match becomes OpenAI's `context_length_exceeded`.
+    #[serde(default)]
+    pub context_overflow: Vec<String>,
 }
 
 impl Profile {

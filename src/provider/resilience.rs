@@ -294,6 +294,13 @@ pub async fn post(
     }
 }
 
+/// [`post`] of a chat request: an error that is the vendor's "context too
+/// long" comes back as OpenAI's `context_length_exceeded`
+/// ([`super::context`]).
+pub async fn post_chat(up: &Upstream, p: &Provider, req: &crate::openai::ChatRequest) -> Result<Reply, UpstreamError> {
+    post(up, p, "chat/completions", req).await.map_err(|e| p.context.recognize(e, &req.model, req))
+}
+
 /// Waits for a stream's first event: an error before it is an error of the
 /// call (retryable); after it, errors are the stream's.
 async fn first_event(mut events: super::upstream::Events) -> Result<Reply, UpstreamError> {

@@ -724,7 +724,7 @@ async fn upstream_chunks(
     settings: Settings,
 ) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, UpstreamError> {
     // Retries and the circuit breaker apply to every iteration of the loop.
-    let reply = crate::provider::resilience::post(&s.upstream, provider, "chat/completions", req).await?;
+    let reply = crate::provider::resilience::post_chat(&s.upstream, provider, req).await?;
     let (reply, turn) = crate::core::dispatch::tallied(reply, ctx, provider, model, provider.prices.of(model));
     let mut norm = Normalizer::new(settings);
     match reply {
