@@ -28,6 +28,11 @@ pub const RETRIES: &str = "modelshim_upstream_retries_total";
 pub const FALLBACKS: &str = "modelshim_upstream_fallbacks_total";
 /// Circuit breaker state by provider: 0 closed, 1 half-open, 2 open.
 pub const CIRCUIT: &str = "modelshim_circuit_state";
+/// A provider's API keys by position (never value): 1 while the key
+/// rests after a 429 or a refusal, 0 while it is healthy.
+pub const KEY_RESTING: &str = "modelshim_upstream_key_resting";
+/// Rests of a provider's API keys by position and reason.
+pub const KEY_RESTS: &str = "modelshim_upstream_key_rests_total";
 /// Requests refused by the proxy itself (auth, limits, rate), by reason.
 pub const REFUSED: &str = "modelshim_refused_total";
 /// Requests being served now.
@@ -89,6 +94,8 @@ fn describe() {
     describe_counter!(RETRIES, "Upstream retries by provider and reason");
     describe_counter!(FALLBACKS, "Fallbacks to the next provider of a chain");
     describe_gauge!(CIRCUIT, "Circuit breaker state: 0 closed, 1 half-open, 2 open");
+    describe_gauge!(KEY_RESTING, "1 while a provider's API key (by position) rests");
+    describe_counter!(KEY_RESTS, "Rests of a provider's API keys by position and reason");
     describe_counter!(REFUSED, "Requests refused by the proxy, by reason");
     describe_gauge!(IN_FLIGHT, "Requests being served");
     describe_counter!(LOOP_ITERATIONS, "Agent-loop iterations");
@@ -265,6 +272,15 @@ pub fn fallback(from: &str, to: &str) {
 
 pub fn circuit(provider: &str, state: u8) {
     gauge!(CIRCUIT, "provider" => provider.to_string()).set(f64::from(state));
+}
+
+pub fn key_state(provider: &str, position: usize, resting: u8) {
+    gauge!(KEY_RESTING, "provider" => provider.to_string(), "key" => position.to_string()).set(f64::from(resting));
+}
+
+pub fn key_rest(provider: &str, position: usize, reason: &'static str) {
+    counter!(KEY_RESTS, "provider" => provider.to_string(), "key" => position.to_string(), "reason" => reason)
+        .increment(1);
 }
 
 pub fn refused(reason: &'static str) {

@@ -5,6 +5,8 @@
 //! Claude Code compacts on); in an alias chain an overflow moves on to the
 //! next model with a larger window, never retried on the same one.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests fail by panicking
+
 mod common;
 
 use common::{Proxy, serve_state};

@@ -132,6 +132,14 @@ pub struct ProviderConfig {
     /// The environment variable with the key (overrides the profile's).
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// An environment variable with several keys, comma- or space-separated:
+    /// a pool the requests spread over, each conversation sticking to one
+    /// (beside or instead of `api_key_env`, whose key comes first).
+    #[serde(default)]
+    pub api_keys_env: Option<String>,
+    /// How long a pool key answered with 401/402/403 rests (default 300 s).
+    #[serde(default)]
+    pub key_rest_secs: Option<f64>,
     #[serde(default)]
     pub tool_calls: Option<ToolMode>,
     /// Text tool-call formats for every model of this provider (overrides

@@ -100,7 +100,7 @@ async fn attempt(
     // allocator's 8 KiB size class: a request's future there, freed dirty
     // over both its pages, was reused as an open stream's connection buffer,
     // of which one page is used, so every open stream held a page more.
-    let reply = Box::pin(resilience::post_chat(&s.upstream, p, &req)).await?;
+    let reply = Box::pin(resilience::post_chat(&s.upstream, p, &req, s.store.as_ref(), owner)).await?;
     let (reply, turn) = measured(reply, ctx, p, &route.model, price);
     Ok(Sent { route: route.clone(), plan, reply, conversation, turn })
 }

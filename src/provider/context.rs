@@ -3,7 +3,7 @@
 //! message); recognized here once, it becomes OpenAI's
 //! `context_length_exceeded` with the numbers the clients act on (the
 //! Messages front turns them into Anthropic's "prompt is too long: N tokens
-//! > M maximum"). A model's window (profile `[context_windows]`, by glob)
+//! \> M maximum"). A model's window (profile `[context_windows]`, by glob)
 //! also decides where an alias chain goes after an overflow: only to a
 //! model with a larger window.
 

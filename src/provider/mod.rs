@@ -4,6 +4,7 @@
 pub mod context;
 pub mod direct;
 mod errors;
+pub mod keys;
 mod messages;
 mod profile;
 pub mod prompt_tools;
@@ -66,8 +67,9 @@ pub struct Provider {
     /// The same URL when chat requests go straight through hyper's client
     /// (see [`direct::direct_uri`]).
     direct_chat: Option<direct::DirectUrl>,
-    /// The key, read from the environment at startup; never logged.
-    api_key: Option<String>,
+    /// The keys, read from the environment at startup; never logged (a key
+    /// is named by its position).
+    pub keys: keys::KeyPool,
     pub mode: ToolMode,
     pub models: Vec<String>,
     pub upstream: UpstreamConfig,
@@ -94,8 +96,9 @@ pub struct Provider {
 }
 
 impl Provider {
+    /// The first key (requests that take no part in the pool's rotation).
     pub fn api_key(&self) -> Option<&str> {
-        self.api_key.as_deref()
+        self.keys.first()
     }
 
     /// `model` as a metrics label: itself when the config or profile knows
@@ -252,7 +255,17 @@ impl Providers {
             }
             let profile = profile_for(name, pc, profiles)?.clone();
             let key_env = pc.api_key_env.clone().or_else(|| profile.api_key_env.clone());
-            let api_key = key_env.and_then(|v| std::env::var(v).ok()).filter(|k| !k.is_empty());
+            let mut api_keys: Vec<String> =
+                key_env.and_then(|v| std::env::var(v).ok()).filter(|k| !k.trim().is_empty()).into_iter().collect();
+            if let Some(v) = pc.api_keys_env.as_ref().and_then(|v| std::env::var(v).ok()) {
+                api_keys.extend(keys::KeyPool::split(&v));
+            }
+            let rest = pc.key_rest_secs.unwrap_or(300.0);
+            if !(rest.is_finite() && rest >= 0.0) {
+                return Err(ConfigError::Invalid(format!(
+                    "provider {name}: key_rest_secs must be a number of seconds"
+                )));
+            }
             let prompt_fmt = profile.tools.prompt_format.recovery_format();
             let mut formats = Vec::new();
             let all_formats = match &pc.formats {
@@ -307,7 +320,7 @@ impl Providers {
                 direct_chat: direct::direct_uri(&format!("{base_url}/chat/completions"))
                     .filter(|_| !profile.follow_redirects),
                 base_url,
-                api_key,
+                keys: keys::KeyPool::new(name, api_keys, std::time::Duration::from_secs_f64(rest.min(86_400.0))),
                 mode: pc.tool_calls.or(profile.tools.mode).unwrap_or_default(),
                 models,
                 upstream: match &pc.upstream {

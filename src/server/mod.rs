@@ -76,7 +76,7 @@ impl AppState {
             .with_max_answer_bytes(config.limits.max_answer_bytes);
         // Every provider key and proxy key, redacted wherever text leaves
         // the process (crate::redact).
-        let mut secrets: Vec<String> = providers.iter().filter_map(|p| p.api_key().map(str::to_string)).collect();
+        let mut secrets: Vec<String> = providers.iter().flat_map(|p| p.keys.all().iter().cloned()).collect();
         secrets.extend(auth::raw_keys(config.auth.as_ref()));
         secrets.extend(crate::state::sealed::Keyring::secrets_in_env(&config.responses.reasoning_keys_env));
         let console = console::Site::new(&config.console, &mut secrets);

@@ -724,7 +724,8 @@ async fn upstream_chunks(
     settings: Settings,
 ) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, UpstreamError> {
     // Retries and the circuit breaker apply to every iteration of the loop.
-    let reply = crate::provider::resilience::post_chat(&s.upstream, provider, req).await?;
+    let owner = ctx.and_then(|c| c.key.as_deref());
+    let reply = crate::provider::resilience::post_chat(&s.upstream, provider, req, s.store.as_ref(), owner).await?;
     let (reply, turn) = crate::core::dispatch::tallied(reply, ctx, provider, model, provider.prices.of(model));
     let mut norm = Normalizer::new(settings);
     match reply {
