@@ -114,7 +114,12 @@ async fn a_rate_limited_key_rests_and_the_request_goes_on_with_another() {
         (bad == k).then_some((429, Some(30)))
     })
     .await;
-    let p = serve(&server.uri(), &keys, "").await;
+    let console = "[console]\nenabled = true\nadmin_key_env = \"K47_ADMIN\"\n";
+    let p = serve_process(
+        &format!("{}{console}", config(&server.uri(), "")),
+        &[("K47_POOL_KEYS", &keys.join(", ")), ("K47_ADMIN", "k47-admin-key-5Tq")],
+    )
+    .await;
     for i in 0..6 {
         let (st, v) = p.proxy.chat(ask(&format!("conversation {i}"))).await;
         assert_eq!(st, 200, "no client error while another key is healthy: {v}");
@@ -129,6 +134,13 @@ async fn a_rate_limited_key_rests_and_the_request_goes_on_with_another() {
         "{metrics}"
     );
     assert_no_key("metrics", &metrics, &keys);
+    let r = p.proxy.http.get(p.proxy.url("/console/api/proxy")).bearer_auth("k47-admin-key-5Tq").send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let console: Value = r.json().await.unwrap();
+    let shown = &console["providers"][0]["keys"];
+    assert_eq!(shown[pos]["state"], "rate_limited", "{console}");
+    assert_eq!(shown[1 - pos]["state"], "healthy", "{console}");
+    assert_no_key("console", &console.to_string(), &keys);
     let log = p.log();
     assert!(log.contains("API key rests") && log.contains(&format!("key={pos}")), "{log}");
     assert_no_key("log", &log, &keys);

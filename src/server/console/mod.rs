@@ -389,7 +389,9 @@ async fn proxy(State(s): State<Shared>, h: HeaderMap) -> Response {
             json!({"name": p.name, "base_url": p.base_url, "circuit": circuit, "failures": failures,
                    "requests": requests, "errors": errors,
                    "error_rate": if requests > 0.0 { errors / requests } else { 0.0 },
-                   "mean_latency_ms": latency})
+                   "mean_latency_ms": latency,
+                   // By position only: a key's value never leaves the process.
+                   "keys": p.keys.view()})
         })
         .collect();
     let tools = s.core.tools.as_ref();

@@ -330,6 +330,9 @@
       row("circuit", x.circuit.replace("_", "-"), "circuit-" + x.circuit), row("failures counted", String(x.failures)),
       row("requests", String(x.requests)), row("error rate", (x.error_rate * 100).toFixed(1) + " %", x.error_rate > 0.05 ? "circuit-open" : ""),
       row("mean latency", x.mean_latency_ms === null ? "–" : ms(x.mean_latency_ms)),
+      ...(x.keys && x.keys.length > 1 ? x.keys.map((k) => row("key #" + k.position,
+        k.state === "healthy" ? "healthy · " + k.used + " used" : k.state.replace("_", " ") + " · " + k.rest_secs + " s left",
+        k.state === "healthy" ? "" : "circuit-open")) : []),
       h("div", { class: "note mono", text: x.base_url }))));
     const mcp = p.mcp.length ? h("div", { class: "panel list", id: "mcp" }, p.mcp.map((m) => h("div", { class: "item" },
       h("b", { class: "health-" + m.health, text: "● " + m.health }), h("span", { class: "mono", text: m.name }),
