@@ -167,3 +167,74 @@ async fn the_skills_catalog_is_byte_stable() {
     let sent = String::from_utf8(s.bodies.lock().unwrap()[0].clone()).unwrap();
     assert!(sent.contains("pdf-report") && sent.contains("clock"), "the catalog went upstream: {sent}");
 }
+
+/// A proxy with provider `name` on the bundled profile `profile`.
+async fn bundled(profile: &str) -> Setup {
+    let upstream = MockServer::start().await;
+    let bodies: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    Mock::given(method("POST"))
+        .respond_with(Raw { bodies: bodies.clone(), brain: Arc::new(|_| say("ok")) })
+        .mount(&upstream)
+        .await;
+    let config: Config = toml::from_str(&format!(
+        "[providers.v]\nprofile = \"{profile}\"\nbase_url = \"{}/v1\"\n[upstream]\nretries = 0\n",
+        upstream.uri()
+    ))
+    .unwrap();
+    let profiles = modelshim::provider::load_profiles(None).unwrap();
+    let proxy = serve_state(modelshim::server::AppState::new(&config, &profiles).unwrap()).await;
+    Setup { _upstream: upstream, proxy, bodies }
+}
+
+/// What Claude Code sends: markers (one with a `ttl`) on the system prompt,
+/// a per-turn system block and the last user block.
+fn claude_code_turn() -> Value {
+    json!({"model": "v/qwen3-coder-plus", "max_tokens": 64, "system": [
+        {"type": "text", "text": "You are Claude Code."},
+        {"type": "text", "text": "Project instructions.", "cache_control": {"type": "ephemeral", "ttl": "1h"}}],
+      "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "Fix the parser.", "cache_control": {"type": "ephemeral"}}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "Done."}]},
+        {"role": "system", "content": [{"type": "text", "text": "# Environment", "cache_control": {"type": "ephemeral"}}]},
+        {"role": "user", "content": [{"type": "text", "text": "Now the tests.", "cache_control": {"type": "ephemeral"}}]}]})
+}
+
+async fn messages_upstream(s: &Setup, body: &Value) -> Value {
+    let before = s.bodies.lock().unwrap().len();
+    let r = s.proxy.http.post(s.proxy.url("/v1/messages")).json(body).send().await.unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    serde_json::from_slice(&s.bodies.lock().unwrap()[before]).unwrap()
+}
+
+#[tokio::test]
+async fn a_dashscope_request_carries_the_cache_markers_in_its_form_without_ttl() {
+    let s = bundled("dashscope").await;
+    let up = messages_upstream(&s, &claude_code_turn()).await;
+    let marker = json!({"type": "ephemeral"});
+    let m = up["messages"].as_array().unwrap();
+    // merge_system: one system message, first, still marked.
+    assert_eq!(m[0]["role"], "system");
+    assert_eq!(
+        m[0]["content"],
+        json!([{"type": "text", "text": "You are Claude Code.\n\nProject instructions.\n\n# Environment", "cache_control": marker}])
+    );
+    assert_eq!(m[1]["content"], json!([{"type": "text", "text": "Fix the parser.", "cache_control": marker}]));
+    assert_eq!(m[2], json!({"role": "assistant", "content": "Done."}));
+    assert_eq!(m[3]["content"], json!([{"type": "text", "text": "Now the tests.", "cache_control": marker}]));
+    let text = up.to_string();
+    assert!(!text.contains("ttl"), "a ttl reached the vendor: {text}");
+    assert_eq!(text.matches("cache_control").count(), 3, "{text}");
+    // And byte-stable like every other injection.
+    assert_eq!(up, messages_upstream(&s, &claude_code_turn()).await);
+}
+
+#[tokio::test]
+async fn elsewhere_the_cache_markers_are_dropped() {
+    for profile in ["deepseek", "moonshot", "generic"] {
+        let s = bundled(profile).await;
+        let up = messages_upstream(&s, &claude_code_turn()).await;
+        let text = up.to_string();
+        assert!(!text.contains("cache_control") && !text.contains("ttl"), "{profile}: {text}");
+        assert_eq!(up["messages"][1], json!({"role": "user", "content": "Fix the parser."}), "{profile}");
+    }
+}

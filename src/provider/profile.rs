@@ -97,6 +97,12 @@ pub struct RequestQuirks {
     /// Fields set on every request unless the client set them.
     #[serde(default)]
     pub defaults: serde_json::Map<String, serde_json::Value>,
+    /// Explicit prompt-cache markers in content parts (DashScope): a system
+    /// or user message on which an Anthropic-front `cache_control` marker
+    /// ended gets `cache_control: {"type": "ephemeral"}` on its last text
+    /// part (without `ttl`). Off: the markers are dropped.
+    #[serde(default)]
+    pub cache_control: bool,
 }
 
 /// How the vendor switches thinking on and off.
@@ -355,6 +361,7 @@ impl Profile {
             (r.flatten_text_parts, "flattens text content parts"),
             (r.strip_message_name, "strips message names"),
             (r.json_schema_to_prompt, "json_schema downgraded to json_object + prompt"),
+            (r.cache_control, "Anthropic cache_control markers carried on content parts"),
             (self.tools.strip_strict, "strips strict from tools"),
             (self.tools.tool_choice_auto_only, "tool_choice degraded to auto"),
             (self.tools.drop_parallel_tool_calls, "drops parallel_tool_calls"),
