@@ -54,6 +54,10 @@ pub struct Config {
     /// Provider used for models with no `provider/` prefix and no alias.
     #[serde(default)]
     pub default_provider: Option<String>,
+    /// Scenario routes for coding agents: long, image, background and
+    /// reasoning requests to their own alias or chain.
+    #[serde(default)]
+    pub routes: RoutesConfig,
     /// A folder of profile files that override or extend the bundled ones
     /// (default `~/.modelshim/providers`).
     #[serde(default)]
@@ -88,6 +92,29 @@ pub struct Config {
     /// The live console at `/console` (off by default).
     #[serde(default)]
     pub console: console::ConsoleConfig,
+}
+
+/// `[routes]`: each scenario's target, an alias, `provider/model` or a
+/// chain like a `[models]` entry.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoutesConfig {
+    /// Requests whose estimated prompt tokens exceed `long_context_tokens`.
+    #[serde(default)]
+    pub long_context: Option<ModelAlias>,
+    /// Default 60000.
+    #[serde(default)]
+    pub long_context_tokens: Option<u64>,
+    /// The client's background calls (a model name with `haiku` in it:
+    /// Claude Code's small model).
+    #[serde(default)]
+    pub background: Option<ModelAlias>,
+    /// Requests that ask for reasoning.
+    #[serde(default)]
+    pub think: Option<ModelAlias>,
+    /// Requests with images.
+    #[serde(default)]
+    pub image: Option<ModelAlias>,
 }
 
 /// A `[models]` entry: one target, or targets tried in order when the

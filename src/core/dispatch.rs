@@ -34,7 +34,7 @@ pub struct Sent {
 /// Sends the request along its route or fallback chain. A context overflow
 /// moves on only to a later target with a larger window.
 pub async fn send(s: &Core, req: ChatRequest) -> Result<Sent, ApiError> {
-    let routes = s.providers.routes(&req.model);
+    let routes = s.providers.routes_for(&req);
     if routes.is_empty() {
         return Err(super::pipeline::route_for(s, &req.model)
             .err()

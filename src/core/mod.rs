@@ -20,7 +20,7 @@ use crate::provider::Providers;
 use crate::provider::upstream::Upstream;
 use crate::state::StateStore;
 
-pub use pipeline::{Out, Started, answer, route_for, start};
+pub use pipeline::{Out, Started, answer, route_for, route_of, start};
 
 /// What every request's way needs, built once at startup.
 pub struct Core {

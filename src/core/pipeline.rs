@@ -32,6 +32,11 @@ pub fn route_for(s: &Core, model: &str) -> Result<Route, ApiError> {
     })
 }
 
+/// The first route of a request, its scenario's (`[routes]`) or its model's.
+pub fn route_of(s: &Core, req: &ChatRequest) -> Result<Route, ApiError> {
+    s.providers.routes_for(req).into_iter().next().map_or_else(|| route_for(s, &req.model), Ok)
+}
+
 /// The normalized answer to a parsed chat request as a stream of chunks,
 /// through the agent loop when server-side tools are configured, else the
 /// plain path. The front ends that translate another API (`/v1/responses`)
@@ -46,7 +51,7 @@ pub async fn answer(
     // tool configured, no skill loaded) keeps the plain path.
     match s.tools.clone().filter(|t| t.active()) {
         Some(tools) => {
-            let route = route_for(s, &req.model)?;
+            let route = route_of(s, &req)?;
             super::agent::chunks(s.clone(), tools, route, req).await
         }
         None => Ok(start(s, req, false).await?.chunks(s)),

@@ -11,6 +11,7 @@ pub mod prompt_tools;
 pub mod record;
 pub mod request;
 pub mod resilience;
+pub mod scenario;
 mod sse_in;
 pub mod tools;
 pub mod upstream;
@@ -231,6 +232,8 @@ pub struct Providers {
     /// first: a name no alias names exactly takes the first that matches.
     alias_globs: Vec<(globset::GlobMatcher, String)>,
     default: Option<String>,
+    /// `[routes]`.
+    scenarios: scenario::Scenarios,
 }
 
 impl Providers {
@@ -366,7 +369,8 @@ impl Providers {
             alias_globs.push((g.compile_matcher(), a.clone()));
         }
         alias_globs.sort_by_key(|(_, a)| std::cmp::Reverse(a.len()));
-        Ok(Providers { by_name, aliases, alias_globs, default: config.default_provider.clone() })
+        let scenarios = scenario::Scenarios::new(&config.routes);
+        Ok(Providers { by_name, aliases, alias_globs, default: config.default_provider.clone(), scenarios })
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Provider>> {
@@ -395,6 +399,20 @@ impl Providers {
             Some(targets) => targets.iter().filter_map(|t| self.route_target(t)).collect(),
             None => self.route_target(model).into_iter().collect(),
         }
+    }
+
+    /// The routes of a request: those of its scenario (`[routes]`) when it
+    /// is in one and does not pin `provider/model`, else its model's.
+    pub fn routes_for(&self, req: &crate::openai::ChatRequest) -> Vec<Route> {
+        let pinned = req.model.split_once('/').is_some_and(|(p, _)| self.by_name.contains_key(p));
+        if !pinned && let Some((scenario, targets)) = self.scenarios.of(req) {
+            let routes: Vec<Route> = targets.iter().flat_map(|t| self.routes(t)).collect();
+            if !routes.is_empty() {
+                tracing::debug!(scenario, model = %req.model, "scenario route");
+                return routes;
+            }
+        }
+        self.routes(&req.model)
     }
 
     fn route_target(&self, target: &str) -> Option<Route> {

@@ -27,7 +27,7 @@ use std::sync::Arc;
 pub async fn completions(State(s): State<Arc<Core>>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
     let req = parse(&body)?;
     if let Some(tools) = s.tools.clone().filter(|t| t.active()) {
-        let route = core::route_for(&s, &req.model)?;
+        let route = core::route_of(&s, &req)?;
         return trace::run(s.clone(), tools, route, req, &headers).await;
     }
     let client_stream = req.is_stream();
