@@ -274,6 +274,56 @@ pub fn circuit(provider: &str, state: u8) {
     gauge!(CIRCUIT, "provider" => provider.to_string()).set(f64::from(state));
 }
 
+/// Input and cached input tokens of one proxy key, provider and model, as
+/// this process counted them (`modelshim_key_tokens_total`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct CacheHits {
+    pub key: String,
+    pub provider: String,
+    pub model: String,
+    pub input_tokens: u64,
+    pub cached_input_tokens: u64,
+    /// `cached_input_tokens / input_tokens` (0 with no input).
+    pub hit_share: f64,
+}
+
+/// The prompt-cache hit share per proxy key, provider and model since this
+/// process started, read off the token counters.
+pub fn cache_hits() -> Vec<CacheHits> {
+    let label = |line: &str, name: &str| -> Option<String> {
+        let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+        let end = line[start..].find('"')? + start;
+        Some(line[start..end].to_string())
+    };
+    let prefix = format!("{KEY_TOKENS}{{");
+    let mut by: std::collections::BTreeMap<(String, String, String), (u64, u64)> = Default::default();
+    for line in render().lines().filter(|l| l.starts_with(&prefix)) {
+        let (Some(key), Some(provider), Some(model), Some(kind)) =
+            (label(line, "key"), label(line, "provider"), label(line, "model"), label(line, "kind"))
+        else {
+            continue;
+        };
+        let Some(n) = line.rsplit(' ').next().and_then(|n| n.parse::<f64>().ok()) else { continue };
+        let e = by.entry((key, provider, model)).or_default();
+        match kind.as_str() {
+            "input" => e.0 += n as u64,
+            "cached_input" => e.1 += n as u64,
+            _ => {}
+        }
+    }
+    by.into_iter()
+        .filter(|(_, (input, _))| *input > 0)
+        .map(|((key, provider, model), (input, cached))| CacheHits {
+            key,
+            provider,
+            model,
+            input_tokens: input,
+            cached_input_tokens: cached,
+            hit_share: cached as f64 / input as f64,
+        })
+        .collect()
+}
+
 pub fn key_state(provider: &str, position: usize, resting: u8) {
     gauge!(KEY_RESTING, "provider" => provider.to_string(), "key" => position.to_string()).set(f64::from(resting));
 }

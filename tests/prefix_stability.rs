@@ -238,3 +238,49 @@ async fn elsewhere_the_cache_markers_are_dropped() {
         assert_eq!(up["messages"][1], json!({"role": "user", "content": "Fix the parser."}), "{profile}");
     }
 }
+
+#[tokio::test]
+async fn usage_and_console_show_the_cache_hit_share_per_key_and_model() {
+    let upstream = MockServer::start().await;
+    let mut answer = completion(json!({"role": "assistant", "content": "ok"}), "stop");
+    answer["usage"] = json!({"prompt_tokens": 1000, "completion_tokens": 5, "total_tokens": 1005,
+                             "prompt_tokens_details": {"cached_tokens": 800}});
+    Mock::given(method("POST")).respond_with(ResponseTemplate::new(200).set_body_json(answer)).mount(&upstream).await;
+    let config = format!(
+        "[providers.v]\nbase_url = \"{}/v1\"\nmodels = [\"m\"]\n\
+         [auth]\nkeys = [{{ key = \"sk-k47-cache-7Yh2\", name = \"team-cache\" }}]\n\
+         [console]\nenabled = true\nadmin_key_env = \"K47_CACHE_ADMIN\"\n",
+        upstream.uri()
+    );
+    let p = serve_process(&config, &[("K47_CACHE_ADMIN", "k47-cache-admin-9Qw")]).await;
+    let http = &p.proxy.http;
+    for _ in 0..2 {
+        let r = http
+            .post(p.proxy.url("/v1/chat/completions"))
+            .bearer_auth("sk-k47-cache-7Yh2")
+            .json(&json!({"model": "v/m", "messages": [{"role": "user", "content": "hi"}]}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    let usage: Value =
+        http.get(p.proxy.url("/v1/usage")).bearer_auth("sk-k47-cache-7Yh2").send().await.unwrap().json().await.unwrap();
+    assert_eq!(
+        usage["cache"],
+        json!([{"provider": "v", "model": "m", "input_tokens": 2000, "cached_input_tokens": 1600, "hit_share": 0.8}]),
+        "{usage}"
+    );
+    let console: Value = http
+        .get(p.proxy.url("/console/api/proxy"))
+        .bearer_auth("k47-cache-admin-9Qw")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let row = &console["cache"][0];
+    assert_eq!((row["key"].as_str(), row["hit_share"].as_f64()), (Some("team-cache"), Some(0.8)), "{console}");
+    assert!(!console.to_string().contains("sk-k47-cache-7Yh2"));
+}

@@ -273,7 +273,18 @@ async fn usage(State(s): State<Shared>) -> Response {
     let key = edge::current().and_then(|c| c.key.clone());
     let name = key.as_deref().unwrap_or(edge::ANONYMOUS);
     let budget = key.as_deref().and_then(|k| s.edge.auth.named(k)).map(|k| k.budget).unwrap_or_default();
-    axum::Json(s.edge.ledger.report(name, &budget).await).into_response()
+    let mut report = s.edge.ledger.report(name, &budget).await;
+    // The prompt-cache hit share of this key per model, on this replica.
+    let cache: Vec<_> = crate::metrics::cache_hits()
+        .into_iter()
+        .filter(|c| c.key == name)
+        .map(|c| {
+            serde_json::json!({"provider": c.provider, "model": c.model, "input_tokens": c.input_tokens,
+                               "cached_input_tokens": c.cached_input_tokens, "hit_share": c.hit_share})
+        })
+        .collect();
+    report["cache"] = serde_json::Value::Array(cache);
+    axum::Json(report).into_response()
 }
 
 async fn readyz(State(s): State<Shared>) -> impl IntoResponse {

@@ -378,6 +378,7 @@ async fn proxy(State(s): State<Shared>, h: HeaderMap) -> Response {
         Err(r) => return r.into_response(),
     };
     let totals = totals();
+    let cache = crate::metrics::cache_hits();
     let providers: Vec<Value> = s
         .providers
         .iter()
@@ -434,7 +435,7 @@ async fn proxy(State(s): State<Shared>, h: HeaderMap) -> Response {
     json_out(
         site,
         json!({"replica": replica(site), "providers": providers, "mcp": mcp, "skills": skills,
-               "server_tools": server_tools, "errors": errors}),
+               "server_tools": server_tools, "errors": errors, "cache": cache}),
     )
 }
 
