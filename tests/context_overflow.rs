@@ -133,6 +133,14 @@ async fn each_vendors_overflow_reaches_every_front_in_the_shape_its_clients_act_
         let (st, v) = post(&p, "/v1/responses", &json!({"model": model, "input": "the whole repository"})).await;
         assert_eq!(st, 400, "{profile} responses: {v}");
         assert_eq!(v["error"]["code"], "context_length_exceeded", "{profile} responses: {v}");
+        // Codex streams: it reads the code off the error it gets.
+        let body = json!({"model": model, "input": "the whole repository", "stream": true});
+        let (st, v) = post(&p, "/v1/responses", &body).await;
+        assert_eq!(
+            (st, &v["error"]["code"]),
+            (400, &json!("context_length_exceeded")),
+            "{profile} responses stream: {v}"
+        );
 
         let m = json!({"model": model, "max_tokens": 64, "messages": msgs});
         let (st, v) = post(&p, "/v1/messages", &m).await;
@@ -144,7 +152,7 @@ async fn each_vendors_overflow_reaches_every_front_in_the_shape_its_clients_act_
         assert_eq!((st, &v), (400, &want), "{profile} messages stream");
 
         // Recognized once, never retried on the same model.
-        assert_eq!(up.received_requests().await.map_or(0, |r| r.len()), 5, "{profile}");
+        assert_eq!(up.received_requests().await.map_or(0, |r| r.len()), 6, "{profile}");
     }
 }
 

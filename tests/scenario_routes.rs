@@ -92,4 +92,7 @@ async fn each_scenario_goes_to_its_route() {
     let body = json!({"model": "gpt-5", "input": "plan", "reasoning": {"effort": "high"}});
     let v: Value = p.http.post(p.url("/v1/responses")).json(&body).send().await.unwrap().json().await.unwrap();
     assert_eq!(v["output"][0]["content"][0]["text"], "reasoner", "{v}");
+    // A scenario's target is a model the config knows: its own metrics label.
+    let metrics = p.http.get(p.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains("provider=\"alt\",model=\"flash\""), "{metrics}");
 }

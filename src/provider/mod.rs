@@ -306,7 +306,13 @@ impl Providers {
             let models = pc.models.clone().unwrap_or_else(|| profile.models.clone());
             let is_default = config.default_provider.as_deref() == Some(name.as_str());
             let mut known_models: std::collections::HashSet<String> = models.iter().cloned().collect();
-            for t in aliases.values().flatten() {
+            let scenario_targets =
+                [&config.routes.long_context, &config.routes.background, &config.routes.think, &config.routes.image]
+                    .into_iter()
+                    .flatten()
+                    .flat_map(crate::config::ModelAlias::targets)
+                    .collect::<Vec<_>>();
+            for t in aliases.values().flatten().chain(scenario_targets.iter()) {
                 match t.split_once('/') {
                     Some((prefix, m)) if prefix == name.as_str() => known_models.insert(m.to_string()),
                     // A target without a configured prefix goes to the default provider.
