@@ -28,6 +28,11 @@ pub const RETRIES: &str = "modelshim_upstream_retries_total";
 pub const FALLBACKS: &str = "modelshim_upstream_fallbacks_total";
 /// Circuit breaker state by provider: 0 closed, 1 half-open, 2 open.
 pub const CIRCUIT: &str = "modelshim_circuit_state";
+/// A provider's API keys by position (never value): 1 while the key
+/// rests after a 429 or a refusal, 0 while it is healthy.
+pub const KEY_RESTING: &str = "modelshim_upstream_key_resting";
+/// Rests of a provider's API keys by position and reason.
+pub const KEY_RESTS: &str = "modelshim_upstream_key_rests_total";
 /// Requests refused by the proxy itself (auth, limits, rate), by reason.
 pub const REFUSED: &str = "modelshim_refused_total";
 /// Requests being served now.
@@ -91,6 +96,8 @@ fn describe() {
     describe_counter!(RETRIES, "Upstream retries by provider and reason");
     describe_counter!(FALLBACKS, "Fallbacks to the next provider of a chain");
     describe_gauge!(CIRCUIT, "Circuit breaker state: 0 closed, 1 half-open, 2 open");
+    describe_gauge!(KEY_RESTING, "1 while a provider's API key (by position) rests");
+    describe_counter!(KEY_RESTS, "Rests of a provider's API keys by position and reason");
     describe_counter!(REFUSED, "Requests refused by the proxy, by reason");
     describe_gauge!(IN_FLIGHT, "Requests being served");
     describe_counter!(LOOP_ITERATIONS, "Agent-loop iterations");
@@ -273,6 +280,65 @@ pub fn circuit(provider: &str, state: u8) {
 /// An upstream answer of `provider` reported implausible usage.
 pub fn usage_implausible(provider: &str) {
     counter!(USAGE_IMPLAUSIBLE, "provider" => provider.to_string()).increment(1);
+}
+
+/// Input and cached input tokens of one proxy key, provider and model, as
+/// this process counted them (`modelshim_key_tokens_total`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct CacheHits {
+    pub key: String,
+    pub provider: String,
+    pub model: String,
+    pub input_tokens: u64,
+    pub cached_input_tokens: u64,
+    /// `cached_input_tokens / input_tokens` (0 with no input).
+    pub hit_share: f64,
+}
+
+/// The prompt-cache hit share per proxy key, provider and model since this
+/// process started, read off the token counters.
+pub fn cache_hits() -> Vec<CacheHits> {
+    let label = |line: &str, name: &str| -> Option<String> {
+        let start = line.find(&format!("{name}=\""))? + name.len() + 2;
+        let end = line[start..].find('"')? + start;
+        Some(line[start..end].to_string())
+    };
+    let prefix = format!("{KEY_TOKENS}{{");
+    let mut by: std::collections::BTreeMap<(String, String, String), (u64, u64)> = Default::default();
+    for line in render().lines().filter(|l| l.starts_with(&prefix)) {
+        let (Some(key), Some(provider), Some(model), Some(kind)) =
+            (label(line, "key"), label(line, "provider"), label(line, "model"), label(line, "kind"))
+        else {
+            continue;
+        };
+        let Some(n) = line.rsplit(' ').next().and_then(|n| n.parse::<f64>().ok()) else { continue };
+        let e = by.entry((key, provider, model)).or_default();
+        match kind.as_str() {
+            "input" => e.0 += n as u64,
+            "cached_input" => e.1 += n as u64,
+            _ => {}
+        }
+    }
+    by.into_iter()
+        .filter(|(_, (input, _))| *input > 0)
+        .map(|((key, provider, model), (input, cached))| CacheHits {
+            key,
+            provider,
+            model,
+            input_tokens: input,
+            cached_input_tokens: cached,
+            hit_share: cached as f64 / input as f64,
+        })
+        .collect()
+}
+
+pub fn key_state(provider: &str, position: usize, resting: u8) {
+    gauge!(KEY_RESTING, "provider" => provider.to_string(), "key" => position.to_string()).set(f64::from(resting));
+}
+
+pub fn key_rest(provider: &str, position: usize, reason: &'static str) {
+    counter!(KEY_RESTS, "provider" => provider.to_string(), "key" => position.to_string(), "reason" => reason)
+        .increment(1);
 }
 
 pub fn refused(reason: &'static str) {

@@ -96,6 +96,11 @@ impl ChatRequest {
     }
 }
 
+/// A chat message's field saying an Anthropic-front `cache_control` marker
+/// ended on it; the provider's rewrite puts it in the vendor's form or
+/// removes it, so it never reaches a vendor as is.
+pub const CACHE_MARK: &str = "cache_control";
+
 /// One chat message. `content` may be a string, an array of parts, or null.
 #[derive(Debug, Clone, Serialize)]
 pub struct Message {

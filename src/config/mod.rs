@@ -63,6 +63,10 @@ pub struct Config {
     /// Provider used for models with no `provider/` prefix and no alias.
     #[serde(default)]
     pub default_provider: Option<String>,
+    /// Scenario routes for coding agents: long, image, background and
+    /// reasoning requests to their own alias or chain.
+    #[serde(default)]
+    pub routes: RoutesConfig,
     /// A folder of profile files that override or extend the bundled ones
     /// (default `~/.modelshim/providers`).
     #[serde(default)]
@@ -97,6 +101,29 @@ pub struct Config {
     /// The live console at `/console` (off by default).
     #[serde(default)]
     pub console: console::ConsoleConfig,
+}
+
+/// `[routes]`: each scenario's target, an alias, `provider/model` or a
+/// chain like a `[models]` entry.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RoutesConfig {
+    /// Requests whose estimated prompt tokens exceed `long_context_tokens`.
+    #[serde(default)]
+    pub long_context: Option<ModelAlias>,
+    /// Default 60000.
+    #[serde(default)]
+    pub long_context_tokens: Option<u64>,
+    /// The client's background calls (a model name with `haiku` in it:
+    /// Claude Code's small model).
+    #[serde(default)]
+    pub background: Option<ModelAlias>,
+    /// Requests that ask for reasoning.
+    #[serde(default)]
+    pub think: Option<ModelAlias>,
+    /// Requests with images.
+    #[serde(default)]
+    pub image: Option<ModelAlias>,
 }
 
 /// A `[models]` entry: one target, or targets tried in order when the
@@ -141,6 +168,14 @@ pub struct ProviderConfig {
     /// The environment variable with the key (overrides the profile's).
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// An environment variable with several keys, comma- or space-separated:
+    /// a pool the requests spread over, each conversation sticking to one
+    /// (beside or instead of `api_key_env`, whose key comes first).
+    #[serde(default)]
+    pub api_keys_env: Option<String>,
+    /// How long a pool key answered with 401/402/403 rests (default 300 s).
+    #[serde(default)]
+    pub key_rest_secs: Option<f64>,
     #[serde(default)]
     pub tool_calls: Option<ToolMode>,
     /// Text tool-call formats for every model of this provider (overrides
@@ -157,6 +192,10 @@ pub struct ProviderConfig {
     /// matches, they win over the profile's `[prices]` (docs/spend.md).
     #[serde(default)]
     pub prices: BTreeMap<String, prices::Price>,
+    /// Context windows in tokens by model glob; win over the profile's
+    /// `[context_windows]`.
+    #[serde(default)]
+    pub context_windows: BTreeMap<String, u64>,
 }
 
 /// Upstream timeouts, retries and circuit breaker. A provider's

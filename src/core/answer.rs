@@ -21,7 +21,7 @@ pub async fn answer(
 ) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, ApiError> {
     match looping(s) {
         Some(tools) => {
-            let routes = super::route::routes(s, &req.model)?;
+            let routes = super::route::routes(s, &req)?;
             super::agent::chunks(s.clone(), tools, routes, req).await
         }
         None => Ok(super::pipeline::start(s, req, false).await?.chunks(s)),
@@ -36,7 +36,7 @@ pub fn looping(s: &Core) -> Option<Arc<crate::tools::Registry>> {
 
 /// The first route of a model name (routes that cannot fall back: embeddings).
 pub fn route_for(s: &Core, model: &str) -> Result<Route, ApiError> {
-    Ok(super::route::routes(s, model)?.swap_remove(0))
+    s.providers.route(model).ok_or_else(|| super::route::not_routed(s, model))
 }
 
 /// The exposed names of the server-side tools offered to the model (a front

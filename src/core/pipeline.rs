@@ -83,7 +83,7 @@ pub struct Begun {
 
 /// The client's request on its model's route or fallback chain.
 pub async fn start(s: &Core, req: ChatRequest, as_is: bool) -> Result<Started, ApiError> {
-    let routes = super::route::routes(s, &req.model)?;
+    let routes = super::route::routes(s, &req)?;
     Ok(begin(s, &routes, req, Reader::Client { as_is }).await?.started)
 }
 

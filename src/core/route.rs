@@ -13,6 +13,7 @@ use super::Core;
 use super::context::{self, RequestCtx};
 use crate::error::ApiError;
 use crate::openai::ChatRequest;
+use crate::provider::context as provider_context;
 use crate::provider::request::Plan;
 use crate::provider::upstream::Reply;
 use crate::provider::{Route, UpstreamError, request, resilience};
@@ -33,43 +34,67 @@ pub struct Sent {
     pub turn: Option<Arc<crate::spend::Turn>>,
 }
 
-/// A client model name's route or fallback chain, or a 404 naming what
-/// would work.
-pub fn routes(s: &Core, model: &str) -> Result<Vec<Route>, ApiError> {
-    let routes = s.providers.routes(model);
+/// A request's route or fallback chain — its scenario's (`[routes]`) or its
+/// model's — or a 404 naming what would work.
+pub fn routes(s: &Core, req: &ChatRequest) -> Result<Vec<Route>, ApiError> {
+    let routes = s.providers.routes_for(req);
     if !routes.is_empty() {
         return Ok(routes);
     }
+    Err(not_routed(s, &req.model))
+}
+
+/// The 404 of a model name no route serves.
+pub fn not_routed(s: &Core, model: &str) -> ApiError {
     let names: Vec<&str> = s.providers.iter().map(|p| p.name.as_str()).collect();
-    Err(ApiError::ModelNotFound(format!(
+    ApiError::ModelNotFound(format!(
         "The model `{model}` does not exist or is not routed: use `provider/model` with one of the configured providers ({}), or an alias from [models].",
         names.join(", ")
-    )))
+    ))
 }
 
 /// Sends the request along `routes` (one route, or an alias's fallback
 /// chain): the one way every upstream call of a chat request takes, the
-/// agent loop's iterations included.
+/// agent loop's iterations included. A context overflow moves on only to a
+/// later target with a larger window.
 pub async fn send(s: &Core, routes: &[Route], req: ChatRequest) -> Result<Sent, ApiError> {
-    let Some((last, before)) = routes.split_last() else {
-        return Err(self::routes(s, &req.model).err().unwrap_or(ApiError::ModelNotFound(req.model.clone())));
-    };
+    if routes.is_empty() {
+        return Err(not_routed(s, &req.model));
+    }
     let ctx = context::current();
     // Each target rewrites a copy of its own; the last one takes the client's
     // request (the common single route makes no copy).
-    for (i, route) in before.iter().enumerate() {
-        match attempt(s, ctx.as_ref(), route, req.clone()).await {
-            Err(e) if resilience::falls_back(&e) => {
-                let (from, to) = (&route.provider.name, &routes[i + 1].provider.name);
-                crate::metrics::fallback(from, to);
-                crate::console::with(|c| c.fallback(from, to, &e.to_string()));
-                tracing::warn!(from = %from, to = %to, error = %e, "falling back to the next provider");
-            }
-            r => return r.map(|sent| Sent { index: i, ..sent }).map_err(ApiError::from),
+    let mut req = Some(req);
+    let (mut failed, mut floor) = (None, None);
+    for (i, route) in routes.iter().enumerate() {
+        if floor.is_some_and(|w| !provider_context::larger(route, w)) {
+            continue;
         }
+        let later = &routes[i + 1..];
+        let Some(r) = (if later.is_empty() { req.take() } else { req.clone() }) else { break };
+        let e = match attempt(s, ctx.as_ref(), route, r).await {
+            Ok(sent) => return Ok(Sent { index: i, ..sent }),
+            Err(e) if !later.is_empty() => e,
+            Err(e) => return Err(ApiError::from(e)),
+        };
+        let next = match provider_context::moves_on(&e, route, later) {
+            Some(w) => {
+                floor = Some(w);
+                later.iter().find(|r| provider_context::larger(r, w))
+            }
+            None if resilience::falls_back(&e) => {
+                later.iter().find(|r| floor.is_none_or(|w| provider_context::larger(r, w)))
+            }
+            None => return Err(ApiError::from(e)),
+        };
+        let Some(next) = next else { return Err(ApiError::from(e)) };
+        let (from, to) = (&route.provider.name, &next.provider.name);
+        crate::metrics::fallback(from, to);
+        crate::console::with(|c| c.fallback(from, to, &e.to_string()));
+        tracing::warn!(from = %from, to = %to, error = %e, "falling back to the next provider");
+        failed = Some(e);
     }
-    let sent = attempt(s, ctx.as_ref(), last, req).await.map_err(ApiError::from)?;
-    Ok(Sent { index: before.len(), ..sent })
+    Err(failed.map_or_else(|| not_routed(s, ""), ApiError::from))
 }
 
 /// One target of the chain: the request rewritten for its profile, sent
@@ -97,7 +122,7 @@ async fn attempt(
     // allocator's 8 KiB size class: a request's future there, freed dirty
     // over both its pages, was reused as an open stream's connection buffer,
     // of which one page is used, so every open stream held a page more.
-    let reply = Box::pin(resilience::post(&s.upstream, p, "chat/completions", &req)).await?;
+    let reply = Box::pin(resilience::post_chat(&s.upstream, p, &req, s.store.as_ref(), owner)).await?;
     let (reply, turn) = measured(reply, ctx, p, &route.model, price);
     Ok(Sent { route: route.clone(), index: 0, plan, reply, conversation, turn })
 }

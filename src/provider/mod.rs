@@ -1,14 +1,17 @@
 //! Providers: profiles (vendor data), the resolved set of configured
 //! providers, and routing a request's `model` to one of them.
 
+pub mod context;
 pub mod direct;
 mod errors;
+pub mod keys;
 mod messages;
 mod profile;
 pub mod prompt_tools;
 pub mod record;
 pub mod request;
 pub mod resilience;
+pub mod scenario;
 mod sse_in;
 pub mod tools;
 pub mod upstream;
@@ -65,8 +68,9 @@ pub struct Provider {
     /// The same URL when chat requests go straight through hyper's client
     /// (see [`direct::direct_uri`]).
     direct_chat: Option<direct::DirectUrl>,
-    /// The key, read from the environment at startup; never logged.
-    api_key: Option<String>,
+    /// The keys, read from the environment at startup; never logged (a key
+    /// is named by its position).
+    pub keys: keys::KeyPool,
     pub mode: ToolMode,
     pub models: Vec<String>,
     pub upstream: UpstreamConfig,
@@ -88,11 +92,14 @@ pub struct Provider {
     known_models: std::collections::HashSet<String>,
     /// Prices by model glob: the config's, then the profile's.
     pub prices: crate::spend::Prices,
+    /// Context windows and the vendor's overflow errors.
+    pub context: context::Context,
 }
 
 impl Provider {
+    /// The first key (requests that take no part in the pool's rotation).
     pub fn api_key(&self) -> Option<&str> {
-        self.api_key.as_deref()
+        self.keys.first()
     }
 
     /// `model` as a metrics label: itself when the config or profile knows
@@ -225,6 +232,8 @@ pub struct Providers {
     /// first: a name no alias names exactly takes the first that matches.
     alias_globs: Vec<(globset::GlobMatcher, String)>,
     default: Option<String>,
+    /// `[routes]`.
+    scenarios: scenario::Scenarios,
 }
 
 impl Providers {
@@ -249,7 +258,17 @@ impl Providers {
             }
             let profile = profile_for(name, pc, profiles)?.clone();
             let key_env = pc.api_key_env.clone().or_else(|| profile.api_key_env.clone());
-            let api_key = key_env.and_then(|v| std::env::var(v).ok()).filter(|k| !k.is_empty());
+            let mut api_keys: Vec<String> =
+                key_env.and_then(|v| std::env::var(v).ok()).filter(|k| !k.trim().is_empty()).into_iter().collect();
+            if let Some(v) = pc.api_keys_env.as_ref().and_then(|v| std::env::var(v).ok()) {
+                api_keys.extend(keys::KeyPool::split(&v));
+            }
+            let rest = pc.key_rest_secs.unwrap_or(300.0);
+            if !(rest.is_finite() && rest >= 0.0) {
+                return Err(ConfigError::Invalid(format!(
+                    "provider {name}: key_rest_secs must be a number of seconds"
+                )));
+            }
             let prompt_fmt = profile.tools.prompt_format.recovery_format();
             let mut formats = Vec::new();
             let all_formats = match &pc.formats {
@@ -287,7 +306,13 @@ impl Providers {
             let models = pc.models.clone().unwrap_or_else(|| profile.models.clone());
             let is_default = config.default_provider.as_deref() == Some(name.as_str());
             let mut known_models: std::collections::HashSet<String> = models.iter().cloned().collect();
-            for t in aliases.values().flatten() {
+            let scenario_targets =
+                [&config.routes.long_context, &config.routes.background, &config.routes.think, &config.routes.image]
+                    .into_iter()
+                    .flatten()
+                    .flat_map(crate::config::ModelAlias::targets)
+                    .collect::<Vec<_>>();
+            for t in aliases.values().flatten().chain(scenario_targets.iter()) {
                 match t.split_once('/') {
                     Some((prefix, m)) if prefix == name.as_str() => known_models.insert(m.to_string()),
                     // A target without a configured prefix goes to the default provider.
@@ -304,7 +329,7 @@ impl Providers {
                 direct_chat: direct::direct_uri(&format!("{base_url}/chat/completions"))
                     .filter(|_| !profile.follow_redirects),
                 base_url,
-                api_key,
+                keys: keys::KeyPool::new(name, api_keys, std::time::Duration::from_secs_f64(rest.min(86_400.0))),
                 mode: pc.tool_calls.or(profile.tools.mode).unwrap_or_default(),
                 models,
                 upstream: match &pc.upstream {
@@ -326,6 +351,12 @@ impl Providers {
                 known_models,
                 prices: crate::spend::Prices::new(&pc.prices, &profile.prices)
                     .map_err(|e| ConfigError::Invalid(format!("provider {name}: {e}")))?,
+                context: context::Context::new(
+                    name,
+                    &profile.context_windows,
+                    &pc.context_windows,
+                    &profile.errors.context_overflow,
+                )?,
                 profile,
             };
             by_name.insert(name.clone(), Arc::new(provider));
@@ -344,7 +375,8 @@ impl Providers {
             alias_globs.push((g.compile_matcher(), a.clone()));
         }
         alias_globs.sort_by_key(|(_, a)| std::cmp::Reverse(a.len()));
-        Ok(Providers { by_name, aliases, alias_globs, default: config.default_provider.clone() })
+        let scenarios = scenario::Scenarios::new(&config.routes);
+        Ok(Providers { by_name, aliases, alias_globs, default: config.default_provider.clone(), scenarios })
     }
 
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Provider>> {
@@ -373,6 +405,20 @@ impl Providers {
             Some(targets) => targets.iter().filter_map(|t| self.route_target(t)).collect(),
             None => self.route_target(model).into_iter().collect(),
         }
+    }
+
+    /// The routes of a request: those of its scenario (`[routes]`) when it
+    /// is in one and does not pin `provider/model`, else its model's.
+    pub fn routes_for(&self, req: &crate::openai::ChatRequest) -> Vec<Route> {
+        let pinned = req.model.split_once('/').is_some_and(|(p, _)| self.by_name.contains_key(p));
+        if !pinned && let Some((scenario, targets)) = self.scenarios.of(req) {
+            let routes: Vec<Route> = targets.iter().flat_map(|t| self.routes(t)).collect();
+            if !routes.is_empty() {
+                tracing::debug!(scenario, model = %req.model, "scenario route");
+                return routes;
+            }
+        }
+        self.routes(&req.model)
     }
 
     fn route_target(&self, target: &str) -> Option<Route> {

@@ -61,6 +61,11 @@ pub struct Profile {
     /// source and date; the longest matching glob wins (docs/spend.md).
     #[serde(default)]
     pub prices: BTreeMap<String, crate::config::prices::Price>,
+    /// Models' context windows in tokens, by model glob (the longest
+    /// matching glob wins): where an alias chain goes after a context
+    /// overflow, and the "M maximum" of the Messages front's overflow error.
+    #[serde(default)]
+    pub context_windows: BTreeMap<String, u64>,
 }
 
 /// Request rewrites for parameters and messages the vendor rejects.
@@ -96,6 +101,12 @@ pub struct RequestQuirks {
     /// Fields set on every request unless the client set them.
     #[serde(default)]
     pub defaults: serde_json::Map<String, serde_json::Value>,
+    /// Explicit prompt-cache markers in content parts (DashScope): a system
+    /// or user message on which an Anthropic-front `cache_control` marker
+    /// ended gets `cache_control: {"type": "ephemeral"}` on its last text
+    /// part (without `ttl`). Off: the markers are dropped.
+    #[serde(default)]
+    pub cache_control: bool,
 }
 
 /// How the vendor switches thinking on and off.
@@ -318,6 +329,11 @@ pub struct ErrorQuirks {
     /// Vendor business codes (`"1113"`) to the HTTP status clients should see.
     #[serde(default)]
     pub codes: BTreeMap<String, u16>,
+    /// The vendor's "context too long" errors: regexes on the error message
+    /// (case-insensitive) that may capture `tokens` (the prompt's) and `max`
+    /// (the window). A match becomes OpenAI's `context_length_exceeded`.
+    #[serde(default)]
+    pub context_overflow: Vec<String>,
 }
 
 impl Profile {
@@ -349,6 +365,7 @@ impl Profile {
             (r.flatten_text_parts, "flattens text content parts"),
             (r.strip_message_name, "strips message names"),
             (r.json_schema_to_prompt, "json_schema downgraded to json_object + prompt"),
+            (r.cache_control, "Anthropic cache_control markers carried on content parts"),
             (self.tools.strip_strict, "strips strict from tools"),
             (self.tools.tool_choice_auto_only, "tool_choice degraded to auto"),
             (self.tools.drop_parallel_tool_calls, "drops parallel_tool_calls"),

@@ -10,7 +10,7 @@ use serde_json::{Map, Value, json};
 use super::profile::{ConflictFallback, Profile, ThinkingConflict, ThinkingStyle};
 use super::tools::NamesBack;
 use super::{prompt_tools, tools};
-use crate::openai::{ChatRequest, Message};
+use crate::openai::{CACHE_MARK, ChatRequest, Message};
 
 /// What the normalizer decided beyond the body itself.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +81,35 @@ pub fn normalize(req: &mut ChatRequest, profile: &Profile, model: &str, prompt: 
         req.extra.remove("stream_options");
     }
     params(&mut req.extra, profile);
+    cache_marks(&mut req.messages, q.cache_control);
     Plan { stream_upstream, prompt, tools_offered, names_back }
+}
+
+/// Anthropic-front cache markers ([`CACHE_MARK`] on a message): in the
+/// vendor's content-part form for a profile with `cache_control`, else
+/// removed. Only system and user messages carry one (the vendor's
+/// documented places); `ttl` is never sent.
+fn cache_marks(messages: &mut [Message], keep: bool) {
+    for m in messages {
+        let Some(mark) = m.extra.remove(CACHE_MARK) else { continue };
+        if !keep || !matches!(m.role.as_str(), "system" | "user") || mark.is_null() {
+            continue;
+        }
+        let marker = json!({"type": "ephemeral"});
+        match &mut m.content {
+            Value::String(s) => {
+                m.content = json!([{"type": "text", "text": std::mem::take(s), "cache_control": marker}]);
+            }
+            Value::Array(parts) => {
+                if let Some(p) = parts.iter_mut().rev().find(|p| p.get("type").and_then(Value::as_str) == Some("text"))
+                    && let Some(o) = p.as_object_mut()
+                {
+                    o.insert("cache_control".into(), marker);
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Why this request would be refused (tools or a forced choice while
@@ -179,9 +207,13 @@ fn merge_system(messages: &mut Vec<Message>) {
         return;
     }
     let texts: Vec<String> = messages.iter().filter(|m| m.role == "system").map(|m| text_of(&m.content)).collect();
+    // A cache marker on any of them ends on the merged one.
+    let mut extra = Map::new();
+    if let Some(mark) = messages.iter().filter(|m| m.role == "system").find_map(|m| m.extra.get(CACHE_MARK)) {
+        extra.insert(CACHE_MARK.into(), mark.clone());
+    }
     messages.retain(|m| m.role != "system");
-    messages
-        .insert(0, Message { role: "system".into(), content: Value::String(texts.join("\n\n")), extra: Map::new() });
+    messages.insert(0, Message { role: "system".into(), content: Value::String(texts.join("\n\n")), extra });
 }
 
 /// `response_format: json_schema` becomes `json_object` plus the schema in

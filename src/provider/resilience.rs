@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use tracing::Instrument as _;
 
+use super::keys;
 use super::upstream::{Reply, Upstream};
 use super::{Provider, UpstreamError};
 use crate::config::UpstreamConfig;
@@ -225,26 +226,59 @@ fn backoff(e: &UpstreamError, attempt: u32, cfg: &UpstreamConfig) -> Option<Dura
     Some(half + half.mul_f64(fastrand::f64()))
 }
 
-/// POSTs through the breaker with retries. A streamed reply is returned
-/// once its first event arrived (or the stream ended cleanly).
+/// POSTs through the breaker with retries, with the provider's first key.
+/// A streamed reply is returned once its first event arrived (or the stream
+/// ended cleanly).
 pub async fn post(
     up: &Upstream,
     p: &Provider,
     path: &str,
     body: &(impl serde::Serialize + Sync),
 ) -> Result<Reply, UpstreamError> {
+    post_keyed(up, p, path, body, None).await
+}
+
+/// [`post`] of a chat request, with a key of the provider's pool (the
+/// conversation's own while it is healthy; rests shared through `store`).
+/// An error that is the vendor's "context too long" comes back as OpenAI's
+/// `context_length_exceeded` ([`super::context`]).
+pub async fn post_chat(
+    up: &Upstream,
+    p: &Provider,
+    req: &crate::openai::ChatRequest,
+    store: &dyn crate::state::StateStore,
+    owner: Option<&str>,
+) -> Result<Reply, UpstreamError> {
+    let affinity = if p.keys.rotates() { keys::affinity(owner, req) } else { None };
+    let pick = keys::Pick { store, affinity };
+    post_keyed(up, p, "chat/completions", req, Some(&pick)).await.map_err(|e| p.context.recognize(e, &req.model, req))
+}
+
+async fn post_keyed(
+    up: &Upstream,
+    p: &Provider,
+    path: &str,
+    body: &(impl serde::Serialize + Sync),
+    pick: Option<&keys::Pick<'_>>,
+) -> Result<Reply, UpstreamError> {
     let retries = p.upstream.retries();
     let mut attempt = 0;
     let mut last: Option<UpstreamError> = None;
+    // Moves to another key of the pool: at most one per key.
+    let mut rotations = 0;
     loop {
         if let Err(open) = p.breaker.admit(p) {
             // Opened by this request's own retries: its client is better
             // served by the upstream's real error than by ours.
             return Err(last.unwrap_or(open));
         }
+        let chosen = match p.keys.choose(pick).await {
+            Ok(c) => c,
+            Err(wait) => return Err(keys::all_resting(&p.name, p.keys.len(), wait)),
+        };
         let span = tracing::info_span!("upstream", provider = %p.name, attempt, error = tracing::field::Empty);
         let result = async {
-            match up.post(p, path, body).await {
+            match up.post_with(p, path, body, chosen.map(|c| c.key)).await {
                 Ok(Reply::Events(events)) => first_event(events).await,
                 other => other,
             }
@@ -262,6 +296,24 @@ pub async fn post(
             Err(e) => e,
         };
         p.breaker.record(p, Outcome::of(&e));
+        // A pool key the vendor rate-limited or refused rests, and the next
+        // key is tried at once, without waiting and outside the retry
+        // budget (another key is another account's limit): at most once per
+        // key, and only while one is healthy (else the 429 with the
+        // shortest wait, from `choose`).
+        if let (Some(c), Some(why)) = (chosen.filter(|_| p.keys.rotates()), key_fault(&e))
+            && rotations < p.keys.len()
+        {
+            let ra = match &e {
+                UpstreamError::Status { error, .. } => error.retry_after,
+                _ => None,
+            };
+            p.keys.rest(c.index, why, ra, pick.map(|k| k.store)).await;
+            rotations += 1;
+            crate::metrics::retry(&p.name, "key");
+            last = Some(e);
+            continue;
+        }
         let Some(reason) = retry_reason(&e) else { return Err(e) };
         if attempt >= retries {
             return Err(e);
@@ -273,6 +325,18 @@ pub async fn post(
         tracing::warn!(provider = %p.name, attempt, wait_ms = wait.as_millis() as u64, error = %e, "retrying upstream");
         last = Some(e);
         tokio::time::sleep(wait).await;
+    }
+}
+
+/// Whether `e` says the key, rather than the request, is at fault: its
+/// rate limit (429), or a refusal (401/403, an empty balance).
+fn key_fault(e: &UpstreamError) -> Option<keys::Why> {
+    match e {
+        UpstreamError::Status { .. } if is_circuit_open(e) => None,
+        UpstreamError::Status { error, .. } if error.kind == "insufficient_quota" => Some(keys::Why::Refused),
+        UpstreamError::Status { status: 401..=403, .. } => Some(keys::Why::Refused),
+        UpstreamError::Status { status: 429, .. } => Some(keys::Why::RateLimited),
+        _ => None,
     }
 }
 

@@ -205,13 +205,14 @@ impl Upstream {
         method: http::Method,
         path: &str,
         json: Option<Vec<u8>>,
+        key: Option<&str>,
     ) -> Result<Outgoing<'a>, UpstreamError> {
         let mut headers = HeaderMap::with_capacity(4);
         headers.insert(ACCEPT, HeaderValue::from_static("*/*"));
         if json.is_some() {
             headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
         }
-        if let Some(key) = p.api_key() {
+        if let Some(key) = key {
             let (name, value) = match &p.profile.auth_header {
                 Some(h) => {
                     (HeaderName::from_bytes(h.as_bytes()).map_err(|e| bad_request(p, &e))?, HeaderValue::from_str(key))
@@ -240,15 +241,27 @@ impl Upstream {
         Ok(Outgoing::Pooled(client, req))
     }
 
-    /// POSTs a JSON body and classifies the answer.
+    /// POSTs a JSON body with the provider's first key and classifies the answer.
     pub async fn post(&self, p: &Provider, path: &str, body: &impl serde::Serialize) -> Result<Reply, UpstreamError> {
+        self.post_with(p, path, body, p.api_key()).await
+    }
+
+    /// POSTs a JSON body with `key` (one of the provider's) and classifies
+    /// the answer.
+    pub async fn post_with(
+        &self,
+        p: &Provider,
+        path: &str,
+        body: &impl serde::Serialize,
+        key: Option<&str>,
+    ) -> Result<Reply, UpstreamError> {
         let json = serde_json::to_vec(body).map_err(|e| bad_request(p, &e))?;
         // The console's record of this request, when one is kept.
         let shown = crate::console::current();
         if let Some(c) = &shown {
             c.upstream_request(&p.name, path, &json);
         }
-        let out = self.request(p, http::Method::POST, path, Some(json))?;
+        let out = self.request(p, http::Method::POST, path, Some(json), key)?;
         let recorded = || serde_json::to_value(body).unwrap_or(Value::Null);
         let sent = self.send(p, out, recorded).await;
         if let (Some(c), Err(e)) = (&shown, &sent) {
@@ -328,7 +341,7 @@ impl Upstream {
     /// GETs a path and returns the JSON body, read up to `max_bytes` (and
     /// `[limits] max_answer_bytes`).
     pub async fn get_json(&self, p: &Provider, path: &str, max_bytes: usize) -> Result<Value, UpstreamError> {
-        let out = self.request(p, http::Method::GET, path, None)?;
+        let out = self.request(p, http::Method::GET, path, None, p.api_key())?;
         let (resp, mut rec) = self.send(p, out, || Value::Null).await?;
         let status = resp.status().as_u16();
         if let Some(r) = rec.as_mut() {

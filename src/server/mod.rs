@@ -77,7 +77,7 @@ impl AppState {
             .with_max_answer_bytes(config.limits.max_answer_bytes);
         // Every provider key and proxy key, redacted wherever text leaves
         // the process (crate::redact).
-        let mut secrets: Vec<String> = providers.iter().filter_map(|p| p.api_key().map(str::to_string)).collect();
+        let mut secrets: Vec<String> = providers.iter().flat_map(|p| p.keys.all().iter().cloned()).collect();
         secrets.extend(auth::raw_keys(config.auth.as_ref()));
         secrets.extend(crate::state::sealed::Keyring::secrets_in_env(&config.responses.reasoning_keys_env));
         secrets.extend(crate::state::redis_secrets(&config.state));
@@ -278,7 +278,18 @@ async fn usage(State(s): State<Shared>) -> Response {
     let key = edge::current().and_then(|c| c.key.clone());
     let name = key.as_deref().unwrap_or(edge::ANONYMOUS);
     let budget = key.as_deref().and_then(|k| s.edge.auth.named(k)).map(|k| k.budget).unwrap_or_default();
-    axum::Json(s.edge.ledger.report(name, &budget).await).into_response()
+    let mut report = s.edge.ledger.report(name, &budget).await;
+    // The prompt-cache hit share of this key per model, on this replica.
+    let cache: Vec<_> = crate::metrics::cache_hits()
+        .into_iter()
+        .filter(|c| c.key == name)
+        .map(|c| {
+            serde_json::json!({"provider": c.provider, "model": c.model, "input_tokens": c.input_tokens,
+                               "cached_input_tokens": c.cached_input_tokens, "hit_share": c.hit_share})
+        })
+        .collect();
+    report["cache"] = serde_json::Value::Array(cache);
+    axum::Json(report).into_response()
 }
 
 async fn readyz(State(s): State<Shared>) -> impl IntoResponse {

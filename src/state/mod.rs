@@ -151,6 +151,8 @@ pub mod ns {
     pub const RESPONSE_ITEMS: &str = "response_items";
     /// Spend counters of proxy keys per day and month.
     pub const SPEND: &str = "spend";
+    /// Rests of providers' API keys, by provider and key position.
+    pub const KEY_REST: &str = "key_rest";
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-"""Pages on other origins against the proxy (tests/hardening.rs): Debian's
+"""Pages on other origins against the proxy (tests/it/hardening.rs): Debian's
 Chromium under Playwright. A page on another site (evil.test, resolved to
 127.0.0.1) sends the no-cors text/plain POST an open proxy used to serve; a
 page on another port of 127.0.0.1 submits a form to the console's skills

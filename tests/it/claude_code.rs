@@ -348,3 +348,167 @@ async fn claude_code_headless_writes_and_edits_a_file_through_dsml_calls() {
 async fn claude_code_default_model_stream_json_with_hermes_calls() {
     write_then_edit(None, "stream-json", true).await;
 }
+
+/// Main-model requests: the first writes a file (a Hermes call), the
+/// second overflows (GLM's real words); after that a compaction gets
+/// its summary and anything else the answer.
+struct Overflowing {
+    log: Log,
+    notes: PathBuf,
+    /// Which main-model request overflows (1-based).
+    overflow_at: usize,
+}
+
+/// GLM's words and code 1261 (providers/zhipu.toml), which Claude Code does
+/// not take for an overflow by itself (as it is, it compacts on OpenAI's
+/// "maximum context length", Kimi's "exceeded model token limit" and
+/// DashScope's "Range of input length" wordings too, and not on an
+/// unrelated 400).
+const OVERFLOW: &str = "Prompt exceeds max length";
+
+impl Respond for Overflowing {
+    fn respond(&self, r: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&r.body).unwrap();
+        let nth_main = {
+            let mut log = self.log.lock().unwrap();
+            log.push(body.clone());
+            log.iter().filter(|b| b["model"] == "glm-4.7").count()
+        };
+        // Claude Code's compaction asks, in its last message, for a summary.
+        let last = body["messages"].as_array().and_then(|m| m.last()).map(|m| m["content"].to_string());
+        let summarizing = last.is_some_and(|m| m.contains("followed by a <summary> block"));
+        let text = match (body["model"] == "glm-4.7", nth_main) {
+            (true, n) if n == self.overflow_at => {
+                return ResponseTemplate::new(400)
+                    .set_body_json(json!({"error": {"code": "1261", "message": OVERFLOW}}));
+            }
+            (true, 1) => format!(
+                "<tool_call>\n{}\n</tool_call>",
+                json!({"name": "Write", "arguments": {"file_path": self.notes.display().to_string(), "content": "hello\n"}})
+            ),
+            (true, _) if summarizing => {
+                "<summary>The user asked for notes.txt saying hello; it was written.</summary>".into()
+            }
+            (true, _) => "Done: notes.txt says hello.".into(),
+            _ => "OK.".into(),
+        };
+        let m = json!({"role": "assistant", "content": text});
+        if body["stream"] != true {
+            return ResponseTemplate::new(200).set_body_json(completion(m, "stop"));
+        }
+        let chunks = vec![
+            chunk(json!({"role": "assistant", "content": ""}), None),
+            chunk(json!({"content": text}), None),
+            chunk(json!({}), Some("stop")),
+        ];
+        ResponseTemplate::new(200).set_body_raw(sse_body(&chunks), "text/event-stream")
+    }
+}
+
+/// Runs `claude -p prompt` against [`Overflowing`] behind the proxy (GLM's
+/// profile data for errors, the main model `glm-4.7`); its stdout and the
+/// upstream's requests, and a report for failures.
+async fn overflowing(prompt: &str, overflow_at: usize) -> (String, Vec<Value>, String) {
+    let claude = tokio::task::spawn_blocking(claude_env).await.unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let (home, cwd) = (work.path().join("home"), work.path().join("project"));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&cwd).unwrap();
+    let notes = cwd.canonicalize().unwrap().join("notes.txt");
+    let upstream = MockServer::start().await;
+    let log: Log = Arc::default();
+    Mock::given(method("POST"))
+        .respond_with(Overflowing { log: log.clone(), notes, overflow_at })
+        .mount(&upstream)
+        .await;
+    let extra: Config = toml::from_str(&format!(
+        "[auth]\nkeys = [\"{KEY}\"]\n[models]\n\"claude-*\" = \"v/glm-4.7\"\n\"claude-*haiku*\" = \"v/small\"\n"
+    ))
+    .unwrap();
+    // The test profile takes the bundled zhipu profile's overflow patterns
+    // and windows.
+    let profiles = modelshim::provider::load_profiles(None).unwrap();
+    let zhipu = &profiles["zhipu"];
+    let words = zhipu.errors.context_overflow.iter().map(|p| format!("'{p}'")).collect::<Vec<_>>();
+    let windows = zhipu.context_windows.iter().map(|(g, w)| format!("{g:?} = {w}")).collect::<Vec<_>>();
+    let profile = format!(
+        "[tools]\nformats = {{ \"*\" = [\"hermes\"] }}\n[errors]\ncontext_overflow = [{}]\n[context_windows]\n{}\n",
+        words.join(", "),
+        windows.join("\n")
+    );
+    let proxy = proxy_with(&profile, &upstream.uri(), |c| {
+        c.upstream.breaker_failures = 0;
+        c.upstream.retries = Some(0);
+        c.auth = extra.auth;
+        c.models = extra.models;
+    })
+    .await;
+    let (base, seen) = relay(proxy.addr).await;
+    let mut cmd = tokio::process::Command::new(&claude);
+    cmd.args(["-p", prompt])
+        .args(["--output-format", "json", "--model", "claude-sonnet-4-5"])
+        .args(["--permission-mode", "acceptEdits", "--allowedTools", "Write Edit Read"])
+        .args(["--no-session-persistence", "--max-budget-usd", "5"])
+        .current_dir(&cwd)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("CLAUDE_CONFIG_DIR", home.join(".claude"))
+        .env("ANTHROPIC_BASE_URL", &base)
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("DISABLE_ERROR_REPORTING", "1")
+        .env("CLAUDE_CODE_MAX_RETRIES", "0")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output()).await.expect("claude -p finished").unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let requests = log.lock().unwrap().clone();
+    let report = format!(
+        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}\nClaude Code sent:\n{}\nupstream got: {:#?}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        shapes(&seen.lock().unwrap()),
+        requests.iter().map(|b| (b["model"].clone(), b["messages"].as_array().map(Vec::len))).collect::<Vec<_>>(),
+    );
+    (stdout, requests, report)
+}
+
+/// Claude Code reads the window and the prompt's size off the overflow
+/// ("prompt is too long: N tokens > M maximum"): GLM's 1261 names neither,
+/// the proxy fills in the model's window from the profile.
+#[tokio::test(flavor = "multi_thread")]
+async fn claude_code_reads_the_window_off_a_vendors_overflow() {
+    let (stdout, _, report) = overflowing("Say hello.", 1).await;
+    let result: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| panic!("{report}"));
+    assert_eq!(result["terminal_reason"], "prompt_too_long", "{report}");
+    let text = result["result"].as_str().unwrap_or("");
+    assert!(text.contains("202751") && text.contains("202750"), "{report}");
+}
+
+/// Claude Code gets a vendor's context overflow as Anthropic's "prompt is
+/// too long" and acts on it as on Anthropic's own: it compacts the
+/// conversation and goes on. (Claude Code 2.1.332 also compacts on GLM's
+/// own words; what it cannot get from them is the window, above.)
+#[tokio::test(flavor = "multi_thread")]
+async fn claude_code_compacts_on_a_vendors_context_overflow() {
+    let (stdout, requests, report) = overflowing("Create notes.txt saying hello.", 2).await;
+    let main: Vec<&Value> = requests.iter().filter(|b| b["model"] == "glm-4.7").collect();
+    // After the overflow (the second main request) Claude Code asked for a
+    // summary, then went on from a conversation that starts with it: it
+    // compacted, and finished the task.
+    assert!(main.len() >= 4, "{report}");
+    let carried = |b: &&Value| {
+        let users = b["messages"].as_array().into_iter().flatten().filter(|m| m["role"] == "user");
+        users.into_iter().any(|m| m["content"].to_string().contains("The user asked for notes.txt saying hello"))
+    };
+    assert!(main[3..].iter().any(carried), "{report}");
+    let result: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| panic!("{report}"));
+    assert_eq!(
+        (result["is_error"].as_bool(), result["result"].as_str()),
+        (Some(false), Some("Done: notes.txt says hello.")),
+        "{report}"
+    );
+}

@@ -27,7 +27,7 @@ use std::sync::Arc;
 pub async fn completions(State(s): State<Arc<Core>>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
     let req = parse(&body)?;
     if let Some(tools) = core::looping(&s) {
-        let routes = core::route::routes(&s, &req.model)?;
+        let routes = core::route::routes(&s, &req)?;
         return trace::run(s.clone(), tools, routes, req, &headers).await;
     }
     let client_stream = req.is_stream();

@@ -36,7 +36,8 @@ impl From<ApiError> for Error {
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
         let (status, obj) = self.0.to_openai();
-        let mut r = (status, Json(error_json(status.as_u16(), &obj.message))).into_response();
+        let message = overflow_message(&obj).unwrap_or_else(|| obj.message.clone());
+        let mut r = (status, Json(error_json(status.as_u16(), &message))).into_response();
         if let Some(ra) = obj.retry_after
             && let Ok(v) = HeaderValue::from_str(&ra.as_secs_f64().ceil().max(1.0).to_string())
         {
@@ -44,6 +45,22 @@ impl IntoResponse for Error {
         }
         r
     }
+}
+
+/// A context overflow in the words Anthropic's API uses, which Claude Code
+/// reads to compact the conversation: "prompt is too long: N tokens > M
+/// maximum" (without the window when no one knows it).
+fn overflow_message(e: &crate::openai::ErrorObject) -> Option<String> {
+    use crate::provider::context::{OVERFLOW_CODE, TOKENS_FIELD, WINDOW_FIELD};
+    if e.code.as_deref() != Some(OVERFLOW_CODE) {
+        return None;
+    }
+    let tokens = e.extra.get(TOKENS_FIELD).and_then(Value::as_u64);
+    Some(match (tokens, e.extra.get(WINDOW_FIELD).and_then(Value::as_u64)) {
+        (Some(n), Some(m)) => format!("prompt is too long: {n} tokens > {m} maximum"),
+        (Some(n), None) => format!("prompt is too long: {n} tokens"),
+        _ => "prompt is too long".to_string(),
+    })
 }
 
 /// Anthropic's error type for an HTTP status.

@@ -9,7 +9,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
-use crate::openai::{ChatRequest, Message};
+use crate::openai::{CACHE_MARK, ChatRequest, Message};
 
 /// A checked `POST /v1/messages` body and its chat translation.
 #[derive(Debug, Clone)]
@@ -45,7 +45,7 @@ pub fn parse(body: &[u8], server_tool: &dyn Fn(&str) -> Option<String>) -> Resul
     };
     let mut messages = Vec::new();
     if let Some(system) = system_text(b.get("system"), "system")? {
-        messages.push(Message { role: "system".into(), content: Value::String(system), extra: Map::new() });
+        messages.push(Message { role: "system".into(), content: Value::String(system), extra: marks(b.get("system")) });
     }
     let Some(Value::Array(input)) = b.get("messages") else {
         return Err(bad("messages", "messages: Field required (an array)."));
@@ -260,12 +260,18 @@ fn turn(m: &Value, i: usize, out: &mut Vec<Message>) -> Result<(), ApiError> {
         // with `merge_system` moves them first for vendors that need that).
         "system" => {
             if let Some(text) = system_text(m.get("content"), &format!("{param}.content"))? {
-                out.push(Message { role: "system".into(), content: Value::String(text), extra: Map::new() });
+                out.push(Message {
+                    role: "system".into(),
+                    content: Value::String(text),
+                    extra: marks(m.get("content")),
+                });
             }
             Ok(())
         }
         "assistant" => {
-            out.push(assistant(&blocks, &param)?);
+            let mut a = assistant(&blocks, &param)?;
+            a.extra.extend(marks(m.get("content")));
+            out.push(a);
             Ok(())
         }
         _ => Err(bad(&format!("{param}.role"), "role: must be `user`, `assistant` or `system`.")),
@@ -278,6 +284,7 @@ fn turn(m: &Value, i: usize, out: &mut Vec<Message>) -> Result<(), ApiError> {
 fn user(blocks: &[Value], param: &str, out: &mut Vec<Message>) -> Result<(), ApiError> {
     let mut parts = Vec::new();
     let mut images = Vec::new();
+    let mut marked = false;
     for (j, blk) in blocks.iter().enumerate() {
         let p = format!("{param}.content[{j}]");
         match blk.get("type").and_then(Value::as_str).unwrap_or("") {
@@ -288,11 +295,12 @@ fn user(blocks: &[Value], param: &str, out: &mut Vec<Message>) -> Result<(), Api
                     text = format!("Error: {text}");
                 }
                 images.extend(imgs);
-                let mut extra = Map::new();
+                let mut extra = marks(Some(blk));
                 extra.insert("tool_call_id".into(), json!(id));
                 out.push(Message { role: "tool".into(), content: Value::String(text), extra });
             }
             _ => {
+                marked |= !marks(Some(blk)).is_empty();
                 if let Some(part) = part(blk, &p)? {
                     parts.push(part);
                 }
@@ -301,9 +309,28 @@ fn user(blocks: &[Value], param: &str, out: &mut Vec<Message>) -> Result<(), Api
     }
     images.extend(parts);
     if !images.is_empty() {
-        out.push(Message { role: "user".into(), content: collapse(images), extra: Map::new() });
+        let extra = if marked { marks(Some(&json!({"cache_control": {}}))) } else { Map::new() };
+        out.push(Message { role: "user".into(), content: collapse(images), extra });
     }
     Ok(())
+}
+
+/// The chat message's fields for Anthropic `cache_control` markers on
+/// `content` (a block, or any block of a list): the message-level
+/// [`CACHE_MARK`] the provider turns into its vendor's form, or drops
+/// (`[request] cache_control`). A `ttl` is never carried.
+fn marks(content: Option<&Value>) -> Map<String, Value> {
+    let has = |b: &Value| b.get("cache_control").is_some_and(|c| !c.is_null());
+    let marked = match content {
+        Some(Value::Array(blocks)) => blocks.iter().any(has),
+        Some(b) => has(b),
+        None => false,
+    };
+    let mut m = Map::new();
+    if marked {
+        m.insert(CACHE_MARK.into(), json!({"type": "ephemeral"}));
+    }
+    m
 }
 
 /// Text parts only: one string (what every vendor accepts).
@@ -468,7 +495,12 @@ mod tests {
             "tool_choice": {"type": "any", "disable_parallel_tool_use": true},
             "thinking": {"type": "enabled", "budget_tokens": 5000},
             "context_management": {"edits": []}, "output_config": {"effort": "high"}}));
-        assert_eq!(msgs(&r), json!([{"role": "system", "content": "A\n\nB"}, {"role": "user", "content": "hi"}]));
+        // The marker rides on the message; the provider's profile decides its form.
+        assert_eq!(
+            msgs(&r),
+            json!([{"role": "system", "content": "A\n\nB", "cache_control": {"type": "ephemeral"}},
+                   {"role": "user", "content": "hi"}])
+        );
         let e = &r.chat.extra;
         assert_eq!(
             Value::Object(e.clone()),
@@ -490,7 +522,8 @@ mod tests {
         assert_eq!(
             msgs(&r),
             json!([{"role": "system", "content": "S"}, {"role": "user", "content": "hi"},
-                   {"role": "system", "content": "# Environment"}, {"role": "assistant", "content": "ok"}])
+                   {"role": "system", "content": "# Environment", "cache_control": {"type": "ephemeral"}},
+                   {"role": "assistant", "content": "ok"}])
         );
         let bad = json!({"model": "m", "messages": [{"role": "system", "content": [{"type": "image", "source": {}}]}]});
         let e = parse(bad.to_string().as_bytes(), &none).err().map(|e| e.to_string()).unwrap_or_default();
@@ -535,7 +568,7 @@ mod tests {
                 {"role": "assistant", "content": "Checking.", "reasoning_content": "hmm", "tool_calls": [
                     {"id": "toolu_1", "type": "function", "function": {"name": "get", "arguments": "{\"a\":1}"}},
                     {"id": "toolu_2", "type": "function", "function": {"name": "get", "arguments": "{\"a\":2}"}}]},
-                {"role": "tool", "content": "one", "tool_call_id": "toolu_1"},
+                {"role": "tool", "content": "one", "tool_call_id": "toolu_1", "cache_control": {"type": "ephemeral"}},
                 {"role": "tool", "content": "Error: boom", "tool_call_id": "toolu_2"},
                 {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
                     {"type": "text", "text": "go on"}]}

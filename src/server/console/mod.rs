@@ -552,6 +552,7 @@ async fn proxy(State(s): State<Shared>, h: HeaderMap) -> Response {
         Err(r) => return r.into_response(),
     };
     let totals = totals();
+    let cache = crate::metrics::cache_hits();
     let providers: Vec<Value> = s
         .providers
         .iter()
@@ -563,7 +564,9 @@ async fn proxy(State(s): State<Shared>, h: HeaderMap) -> Response {
             json!({"name": p.name, "base_url": p.base_url, "circuit": circuit, "failures": failures,
                    "requests": requests, "errors": errors,
                    "error_rate": if requests > 0.0 { errors / requests } else { 0.0 },
-                   "mean_latency_ms": latency})
+                   "mean_latency_ms": latency,
+                   // By position only: a key's value never leaves the process.
+                   "keys": p.keys.view()})
         })
         .collect();
     let tools = s.core.tools.as_ref();
@@ -606,7 +609,7 @@ async fn proxy(State(s): State<Shared>, h: HeaderMap) -> Response {
     json_out(
         site,
         json!({"replica": replica(site), "providers": providers, "mcp": mcp, "skills": skills,
-               "server_tools": server_tools, "errors": errors}),
+               "server_tools": server_tools, "errors": errors, "cache": cache}),
     )
 }
 

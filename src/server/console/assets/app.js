@@ -343,6 +343,9 @@
       row("circuit", x.circuit.replace("_", "-"), "circuit-" + x.circuit), row("failures counted", String(x.failures)),
       row("requests", String(x.requests)), row("error rate", (x.error_rate * 100).toFixed(1) + " %", x.error_rate > 0.05 ? "circuit-open" : ""),
       row("mean latency", x.mean_latency_ms === null ? "–" : ms(x.mean_latency_ms)),
+      ...(x.keys && x.keys.length > 1 ? x.keys.map((k) => row("key #" + k.position,
+        k.state === "healthy" ? "healthy · " + k.used + " used" : k.state.replace("_", " ") + " · " + k.rest_secs + " s left",
+        k.state === "healthy" ? "" : "circuit-open")) : []),
       h("div", { class: "note mono", text: x.base_url }))));
     const mcp = p.mcp.length ? h("div", { class: "panel list", id: "mcp" }, p.mcp.map((m) => h("div", { class: "item" },
       h("b", { class: "health-" + m.health, text: "● " + m.health }), h("span", { class: "mono", text: m.name }),
@@ -368,9 +371,14 @@
       statusBadge(e), h("span", { class: "muted", text: time(e.at_ms) }),
       h("a", { class: "mono", href: "/console/requests/" + encodeURIComponent(e.id), text: e.id }),
       h("span", { class: "grow", text: e.error })))) : h("div", { class: "panel empty", text: "No errors among the requests kept." });
+    const cache = p.cache && p.cache.length ? h("div", { class: "panel list", id: "cache" }, p.cache.map((c) => h("div", { class: "item" },
+      h("span", { class: "mono", text: c.key }), h("span", { class: "mono grow", text: c.provider + "/" + c.model }),
+      h("b", { text: (c.hit_share * 100).toFixed(1) + " %" }),
+      h("span", { class: "muted", text: c.cached_input_tokens + " of " + c.input_tokens + " input tokens cached" })))) : h("div", { class: "panel empty", text: "No input tokens counted yet." });
     return h("div", {},
       h("h2", {}, "Providers ", h("span", { class: "muted", text: "— circuit state now; requests, error rate and latency since this replica started" })), providers,
       charts(),
+      h("h2", {}, "Prompt cache ", h("span", { class: "muted", text: "— the share of input tokens the vendor served from its cache, per proxy key and model, since this replica started" })), cache,
       h("h2", { text: "MCP servers" }), mcp,
       h("h2", { text: "Skills" }), skills,
       h("h2", { text: "Server-side tools" }), tools,
