@@ -7,10 +7,11 @@
 //! or error bodies: only their positions.
 
 use crate::common;
+use crate::support::redis::start_redis;
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::*;
 use serde_json::{Value, json};
@@ -218,37 +219,6 @@ async fn each_conversation_keeps_its_key_over_five_turns() {
             assert_eq!(seen.lock().unwrap().last(), Some(key), "turn {turn} of {text:?} changed keys");
         }
     }
-}
-
-/// A redis-server on a free loopback port, killed on drop.
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_redis() -> Redis {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!("cannot start redis-server ({e}): install it with `apt-get install -y redis-server`")
-        });
-    let t = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(t.elapsed() < Duration::from_secs(10), "redis-server did not come up on port {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Redis { child, port }
 }
 
 #[tokio::test]

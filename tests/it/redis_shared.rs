@@ -8,8 +8,9 @@
 //! `.ci/run` installs it) and fails with that message when it is missing.
 
 use crate::common;
+use crate::support::redis::{start_redis, start_redis_on};
 
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -17,40 +18,6 @@ use modelshim::state::{StateError, ns};
 use serde_json::json;
 use wiremock::matchers::method;
 use wiremock::{Mock, MockServer, ResponseTemplate};
-
-/// A redis-server on a free loopback port, killed on drop.
-struct Redis {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_redis() -> Redis {
-    start_redis_on(std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port())
-}
-
-fn start_redis_on(port: u16) -> Redis {
-    let child = Command::new("redis-server")
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| {
-            panic!("cannot start redis-server ({e}): install it with `apt-get install -y redis-server` (.ci/run does)")
-        });
-    let t = Instant::now();
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(t.elapsed() < Duration::from_secs(10), "redis-server did not come up on port {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Redis { child, port }
-}
 
 /// Tests whose replicas run in this process take turns: the Redis gauge
 /// (`modelshim_state_backend_up`) is one per process, and one test's dead

@@ -2,3 +2,4 @@
 
 pub mod mcp_everything;
 pub mod pyenv;
+pub mod redis;
