@@ -3,7 +3,6 @@
 
 pub mod cli;
 pub mod config;
-pub mod console;
 pub mod core;
 pub mod error;
 pub mod fixture;
@@ -12,6 +11,7 @@ pub mod idle;
 pub mod metrics;
 pub mod openai;
 pub mod provider;
+pub mod recorder;
 pub mod redact;
 pub mod server;
 pub mod skills;

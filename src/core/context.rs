@@ -61,7 +61,7 @@ impl RequestCtx {
             let known = provider.knows_model(model);
             *p = Some(Served { provider: provider.name.clone(), model: model.to_string(), known });
         }
-        crate::console::with(|e| e.served(&provider.name, model));
+        crate::recorder::with(|e| e.served(&provider.name, model));
     }
 
     /// True for the request's first upstream answer only: its time to

@@ -128,7 +128,7 @@ pub async fn begin(s: &Core, routes: &[Route], req: ChatRequest, reader: Reader)
                     t.prompt_tokens,
                     t.completion_tokens,
                 );
-                crate::console::with(|c| {
+                crate::recorder::with(|c| {
                     c.usage(
                         &serde_json::json!({"prompt_tokens": t.prompt_tokens, "completion_tokens": t.completion_tokens,
                         "total_tokens": t.prompt_tokens.zip(t.completion_tokens).map(|(a, b)| a + b)}),
@@ -144,7 +144,7 @@ pub async fn begin(s: &Core, routes: &[Route], req: ChatRequest, reader: Reader)
                         crate::stream::usage::normalize(&mut u, &provider.profile.response.usage);
                         turn.usage(&u);
                     }
-                    crate::console::with(|c| c.usage(u));
+                    crate::recorder::with(|c| c.usage(u));
                 }
                 let mut chunks = Vec::new();
                 norm.push(completion_to_chunk(completion), &mut chunks);

@@ -90,7 +90,7 @@ pub async fn send(s: &Core, routes: &[Route], req: ChatRequest) -> Result<Sent, 
         let Some(next) = next else { return Err(ApiError::from(e)) };
         let (from, to) = (&route.provider.name, &next.provider.name);
         crate::metrics::fallback(from, to);
-        crate::console::with(|c| c.fallback(from, to, &e.to_string()));
+        crate::recorder::with(|c| c.fallback(from, to, &e.to_string()));
         tracing::warn!(from = %from, to = %to, error = %e, "falling back to the next provider");
         failed = Some(e);
     }
@@ -159,7 +159,7 @@ fn measured(
         if let Some(c) = ctx {
             crate::metrics::first_token(&p.name, p.metric_model(model), c.start.elapsed());
         }
-        crate::console::with(crate::console::Entry::first_token);
+        crate::recorder::with(crate::recorder::Entry::first_token);
     }
     let label = p.metric_model(model);
     let turn = ctx.map(|c| c.spend.turn(&p.name, label, price));
@@ -175,7 +175,7 @@ fn measured(
             let (provider, label) = (p.name.clone(), label.to_string());
             let fields = p.profile.response.usage.clone();
             // Held, not looked up: the stream is read outside the handler's task.
-            let shown = crate::console::current();
+            let shown = crate::recorder::current();
             let stream = events.inspect(move |ev| {
                 let Ok(data) = ev else { return };
                 if let Some(t) = &turn {

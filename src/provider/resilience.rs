@@ -321,7 +321,7 @@ async fn post_keyed(
         let Some(wait) = backoff(&e, attempt, &p.upstream) else { return Err(e) };
         attempt += 1;
         crate::metrics::retry(&p.name, reason);
-        crate::console::with(|c| c.retry(&p.name, reason, &e.to_string()));
+        crate::recorder::with(|c| c.retry(&p.name, reason, &e.to_string()));
         tracing::warn!(provider = %p.name, attempt, wait_ms = wait.as_millis() as u64, error = %e, "retrying upstream");
         last = Some(e);
         tokio::time::sleep(wait).await;

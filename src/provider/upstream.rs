@@ -257,7 +257,7 @@ impl Upstream {
     ) -> Result<Reply, UpstreamError> {
         let json = serde_json::to_vec(body).map_err(|e| bad_request(p, &e))?;
         // The console's record of this request, when one is kept.
-        let shown = crate::console::current();
+        let shown = crate::recorder::current();
         if let Some(c) = &shown {
             c.upstream_request(&p.name, path, &json);
         }

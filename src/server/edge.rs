@@ -431,7 +431,7 @@ where
     }
     let key_name = key.as_ref().map(|k| k.name.clone());
     let shown = s.console.as_ref().and_then(|c| {
-        c.recorder.begin(&crate::console::Begin {
+        c.recorder.begin(&crate::recorder::Begin {
             id: &id,
             start,
             method: req.method().as_str(),
@@ -461,7 +461,7 @@ where
     // A recorded request runs with its record current; boxed, so the
     // request's future keeps its size when nothing is recorded.
     let handler = match shown.clone() {
-        Some(e) => futures_util::future::Either::Left(Box::pin(crate::console::CURRENT.scope(e, inner(req)))),
+        Some(e) => futures_util::future::Either::Left(Box::pin(crate::recorder::CURRENT.scope(e, inner(req)))),
         None => futures_util::future::Either::Right(inner(req)),
     };
     let resp = CTX.scope(ctx, handler).await;
@@ -498,7 +498,7 @@ fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
 /// Held until the response body is done (or dropped: client gone).
 struct Done {
     /// The console's record, finished with the body.
-    shown: Option<Arc<crate::console::Entry>>,
+    shown: Option<Arc<crate::recorder::Entry>>,
     ctx: Arc<RequestCtx>,
     key: Option<String>,
     status: StatusCode,
@@ -604,7 +604,7 @@ impl http_body::Body for GuardedBody {
         let r = match this.done.as_ref().and_then(|d| d.shown.as_ref()) {
             None => Pin::new(&mut this.inner).poll_frame(cx),
             Some(c) => {
-                let r = crate::console::CURRENT.sync_scope(c.clone(), || Pin::new(&mut this.inner).poll_frame(cx));
+                let r = crate::recorder::CURRENT.sync_scope(c.clone(), || Pin::new(&mut this.inner).poll_frame(cx));
                 if let Poll::Ready(Some(Ok(f))) = &r
                     && let Some(d) = f.data_ref()
                 {

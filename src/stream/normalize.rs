@@ -423,7 +423,7 @@ impl Normalizer {
                     pending.push(tool_delta(index, Some(id.clone()), Some(call.name.clone()), Some(String::new())));
                     pending.push(tool_delta(index, None, None, Some(call.arguments.clone())));
                     crate::metrics::recovered(std::slice::from_ref(&call));
-                    crate::console::with(|c| c.recovered(1));
+                    crate::recorder::with(|c| c.recovered(1));
                     self.recovered.push(call);
                 }
             }

@@ -20,7 +20,7 @@ const LAYERS: &[&[&str]] = &[
     &["spend"],
     &["stream"],
     &["state", "fixture"],
-    &["metrics", "console"],
+    &["metrics", "recorder"],
     &["toolcall"],
     &["openai"],
     &["config", "redact", "idle"],

@@ -89,7 +89,7 @@ struct Loop {
     trace: bool,
     /// The console's record of this request, when one is kept: every trace
     /// entry goes there too, asked for or not.
-    shown: Option<Arc<crate::console::Entry>>,
+    shown: Option<Arc<crate::recorder::Entry>>,
     want_usage: bool,
 }
 
@@ -154,7 +154,7 @@ pub async fn items(
         client_tools,
         client_names,
         trace,
-        shown: crate::console::current(),
+        shown: crate::recorder::current(),
         want_usage,
     };
     let mut items = lp.stream().boxed();
@@ -316,7 +316,7 @@ impl Loop {
                 let offer = self.offer(&history);
                 let req = self.request(&history, iteration, &offer);
                 let call = pipeline::begin(&self.s, &self.routes[from..], req, Reader::Loop);
-                let call = crate::console::scope(self.shown.clone(), call);
+                let call = crate::recorder::scope(self.shown.clone(), call);
                 let (route, mut chunks) = match tokio::time::timeout(remaining, call).await {
                     Ok(Ok(begun)) => {
                         from += begun.index;

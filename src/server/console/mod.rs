@@ -1,7 +1,7 @@
 //! The console's HTTP side (docs/console.md): the pages at `/console` and
 //! `/console/requests/{id}` (assets embedded, plain HTML/CSS/JS), their JSON
 //! (`/console/api/…`) and the live stream (`/console/events`, SSE). The
-//! recorder is `crate::console`.
+//! recorder is `crate::recorder`.
 //!
 //! Access: off unless `[console] enabled`; every route but the login page
 //! and the static assets wants the admin key (`[console] admin_key_env`),
@@ -33,7 +33,7 @@ use subtle::ConstantTimeEq;
 
 use super::Shared;
 use crate::config::console::ConsoleConfig;
-use crate::console::Console;
+use crate::recorder::Console;
 
 const COOKIE: &str = "modelshim_console";
 const PAGE: &str = include_str!("assets/index.html");
