@@ -244,6 +244,7 @@ fn settings(formats: &Arc<FormatSet>, tools: &Arc<ToolIndex>) -> Settings {
         names_back: BTreeMap::new(),
         single_call: false,
         usage_fields: Default::default(),
+        shown: None,
     }
 }
 

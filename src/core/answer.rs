@@ -8,6 +8,7 @@ use std::sync::Arc;
 use futures_util::stream::BoxStream;
 
 use super::Core;
+use super::context::RequestCtx;
 use crate::error::ApiError;
 use crate::openai::{ChatRequest, Chunk};
 use crate::provider::{Route, UpstreamError};
@@ -17,14 +18,15 @@ use crate::provider::{Route, UpstreamError};
 /// an `Err` (a proper HTTP status), not a stream.
 pub async fn answer(
     s: &Arc<Core>,
+    ctx: &Arc<RequestCtx>,
     req: ChatRequest,
 ) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, ApiError> {
     match looping(s) {
         Some(tools) => {
             let routes = super::route::routes(s, &req)?;
-            super::agent::chunks(s.clone(), tools, routes, req).await
+            super::agent::chunks(s.clone(), ctx.clone(), tools, routes, req).await
         }
-        None => Ok(super::pipeline::start(s, req, false).await?.chunks(s)),
+        None => Ok(super::pipeline::start(s, ctx, req, false).await?.chunks(s)),
     }
 }
 

@@ -1,13 +1,17 @@
-//! The context of the request being served: its id, start, the model asked
-//! for and the proxy key's name (set by the edge, read wherever the request
-//! goes), and who served it (set here, read by the edge's access log and
-//! metrics). A task-local, so no signature carries it.
+//! The observer of one request: what is known about it (its id, start, the
+//! model asked for and the proxy key's name, set by the edge), and what
+//! happens to it on its way (who served it, the first token, usage,
+//! fallbacks), told on to the metrics, the console's record and the spend
+//! tally. Made by the edge and passed down, never looked up: a signature
+//! that takes one says the function reports what it does.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+/// A profile's usage field names, mapped onto OpenAI's.
+type Fields = std::collections::BTreeMap<String, String>;
+
 /// What is known about the request being served (set by the edge).
-#[derive(Debug)]
 pub struct RequestCtx {
     pub id: String,
     pub start: Instant,
@@ -23,6 +27,8 @@ pub struct RequestCtx {
     pub spend: crate::spend::Tally,
     /// An upstream answered already (the agent loop calls it again).
     answered: std::sync::atomic::AtomicBool,
+    /// The console's record of the request, while one is kept.
+    pub shown: Option<Arc<crate::recorder::Entry>>,
 }
 
 /// Who served a request.
@@ -44,7 +50,13 @@ impl Served {
 }
 
 impl RequestCtx {
-    pub fn new(id: String, start: Instant, model: Option<String>, key: Option<String>) -> Self {
+    pub fn new(
+        id: String,
+        start: Instant,
+        model: Option<String>,
+        key: Option<String>,
+        shown: Option<Arc<crate::recorder::Entry>>,
+    ) -> Self {
         RequestCtx {
             id,
             start,
@@ -53,7 +65,19 @@ impl RequestCtx {
             served: Mutex::new(None),
             spend: Default::default(),
             answered: Default::default(),
+            shown,
         }
+    }
+
+    /// The observer of work no client request started (a command, a test):
+    /// no key, nothing recorded.
+    pub fn detached() -> Arc<Self> {
+        Arc::new(Self::new(String::new(), Instant::now(), None, None, None))
+    }
+
+    /// The console's record, for the layers below that write into it.
+    pub fn shown(&self) -> crate::recorder::Shown<'_> {
+        self.shown.as_ref()
     }
 
     pub fn set_served(&self, provider: &crate::provider::Provider, model: &str) {
@@ -61,26 +85,67 @@ impl RequestCtx {
             let known = provider.knows_model(model);
             *p = Some(Served { provider: provider.name.clone(), model: model.to_string(), known });
         }
-        crate::recorder::with(|e| e.served(&provider.name, model));
+        if let Some(e) = &self.shown {
+            e.served(&provider.name, model);
+        }
     }
 
-    /// True for the request's first upstream answer only: its time to
-    /// first token is the request's.
-    pub fn first_answer(&self) -> bool {
-        !self.answered.swap(true, std::sync::atomic::Ordering::Relaxed)
+    /// An upstream answer is in hand: the request's time to first token,
+    /// for its first answer only (the agent loop's later ones are not).
+    pub fn first_token(&self, provider: &str, label: &str) {
+        if self.answered.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        crate::metrics::first_token(provider, label, self.start.elapsed());
+        if let Some(e) = &self.shown {
+            e.first_token();
+        }
+    }
+
+    /// An upstream answer's usage (OpenAI's shape, as the vendor sent it),
+    /// to the token series and the console; `turn` charges its spend.
+    pub fn usage(
+        &self,
+        provider: &str,
+        label: &str,
+        u: &serde_json::Value,
+        turn: Option<(&crate::spend::Turn, &Fields)>,
+    ) {
+        crate::metrics::usage(provider, label, u);
+        if let Some(e) = &self.shown {
+            e.usage(u);
+        }
+        if let Some((t, fields)) = turn {
+            let mut u = u.clone();
+            crate::stream::usage::normalize(&mut u, fields);
+            t.usage(&u);
+        }
+    }
+
+    /// The token counts of a whole answer sent on as the upstream wrote it
+    /// (its usage read without a tree).
+    pub fn tokens(&self, provider: &str, label: &str, t: &crate::stream::Tokens, turn: Option<&crate::spend::Turn>) {
+        if let Some(turn) = turn {
+            turn.tokens(t.prompt_tokens, t.cached_tokens, t.completion_tokens);
+        }
+        crate::metrics::tokens(provider, label, t.prompt_tokens, t.completion_tokens);
+        if let Some(e) = &self.shown {
+            let total = t.prompt_tokens.zip(t.completion_tokens).map(|(a, b)| a + b);
+            e.usage(&serde_json::json!({"prompt_tokens": t.prompt_tokens,
+                "completion_tokens": t.completion_tokens, "total_tokens": total}));
+        }
+    }
+
+    /// The chain moved from one provider to the next after `error`.
+    pub fn fallback(&self, from: &str, to: &str, error: &dyn std::fmt::Display) {
+        crate::metrics::fallback(from, to);
+        if let Some(e) = &self.shown {
+            e.fallback(from, to, &error.to_string());
+        }
+        tracing::warn!(from = %from, to = %to, error = %error, "falling back to the next provider");
     }
 
     pub fn served(&self) -> Option<Served> {
         self.served.lock().ok().and_then(|p| p.clone())
     }
-}
-
-tokio::task_local! {
-    /// Set by the edge around the handler of each request.
-    pub static CTX: Arc<RequestCtx>;
-}
-
-/// The context of the request this task is serving, if any.
-pub fn current() -> Option<Arc<RequestCtx>> {
-    CTX.try_with(Arc::clone).ok()
 }

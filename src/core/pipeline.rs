@@ -12,6 +12,7 @@ use futures_util::{Stream, StreamExt};
 use serde_json::Value;
 
 use super::Core;
+use super::context::RequestCtx;
 use crate::error::ApiError;
 use crate::openai::{ChatRequest, Chunk, Completion};
 use crate::provider::upstream::{Events, JsonBody, Reply};
@@ -82,15 +83,21 @@ pub struct Begun {
 }
 
 /// The client's request on its model's route or fallback chain.
-pub async fn start(s: &Core, req: ChatRequest, as_is: bool) -> Result<Started, ApiError> {
+pub async fn start(s: &Core, ctx: &Arc<RequestCtx>, req: ChatRequest, as_is: bool) -> Result<Started, ApiError> {
     let routes = super::route::routes(s, &req)?;
-    Ok(begin(s, &routes, req, Reader::Client { as_is }).await?.started)
+    Ok(begin(s, ctx, &routes, req, Reader::Client { as_is }).await?.started)
 }
 
 /// The one way to the upstream: `req` sent along `routes` ([`super::route`]:
 /// fallback, retries, breaker, rewriting, measurement), and the answer in
 /// hand, normalized for the route that answered.
-pub async fn begin(s: &Core, routes: &[Route], req: ChatRequest, reader: Reader) -> Result<Begun, ApiError> {
+pub async fn begin(
+    s: &Core,
+    ctx: &Arc<RequestCtx>,
+    routes: &[Route],
+    req: ChatRequest,
+    reader: Reader,
+) -> Result<Begun, ApiError> {
     let looping = reader == Reader::Loop;
     let as_is = reader == Reader::Client { as_is: true };
     let client_stream = req.is_stream();
@@ -99,7 +106,7 @@ pub async fn begin(s: &Core, routes: &[Route], req: ChatRequest, reader: Reader)
     let want_usage = !looping && client_stream && req.wants_usage();
     let single_call = !looping && req.extra.get("parallel_tool_calls") == Some(&Value::Bool(false));
     let super::route::Sent { route, index, plan, reply, conversation, turn } =
-        super::route::send(s, routes, req).await?;
+        super::route::send(s, ctx, routes, req).await?;
     let provider = route.provider.clone();
     let tools = if plan.tools_offered { tool_index(&client_tools, &plan.names_back) } else { ToolIndex::default() };
     let settings = Settings {
@@ -112,39 +119,22 @@ pub async fn begin(s: &Core, routes: &[Route], req: ChatRequest, reader: Reader)
         names_back: plan.names_back,
         single_call,
         usage_fields: provider.profile.response.usage.clone(),
+        shown: ctx.shown.clone(),
     };
     // The loop remembers reasoning itself (the splice, or its last turn's).
     let memo_conversation = if looping { None } else { conversation };
     let mut norm = Normalizer::new(settings);
     let started = match reply {
         Reply::Json(body) => {
+            let label = provider.metric_model(&route.model);
             if as_is && let Some(t) = norm.whole_as_is(body.bytes()) {
-                if let Some(turn) = &turn {
-                    turn.tokens(t.prompt_tokens, t.cached_tokens, t.completion_tokens);
-                }
-                crate::metrics::tokens(
-                    &provider.name,
-                    provider.metric_model(&route.model),
-                    t.prompt_tokens,
-                    t.completion_tokens,
-                );
-                crate::recorder::with(|c| {
-                    c.usage(
-                        &serde_json::json!({"prompt_tokens": t.prompt_tokens, "completion_tokens": t.completion_tokens,
-                        "total_tokens": t.prompt_tokens.zip(t.completion_tokens).map(|(a, b)| a + b)}),
-                    )
-                });
+                ctx.tokens(&provider.name, label, &t, turn.as_deref());
                 Started::AsIs(body)
             } else {
                 let completion: Completion = body.parse("a chat completion")?;
                 if let Some(u) = completion.usage.as_ref().filter(|u| u.is_object()) {
-                    crate::metrics::usage(&provider.name, provider.metric_model(&route.model), u);
-                    if let Some(turn) = &turn {
-                        let mut u = u.clone();
-                        crate::stream::usage::normalize(&mut u, &provider.profile.response.usage);
-                        turn.usage(&u);
-                    }
-                    crate::recorder::with(|c| c.usage(u));
+                    let fields = &provider.profile.response.usage;
+                    ctx.usage(&provider.name, label, u, turn.as_deref().map(|t| (t, fields)));
                 }
                 let mut chunks = Vec::new();
                 norm.push(completion_to_chunk(completion), &mut chunks);
@@ -416,6 +406,7 @@ mod tests {
             names_back: Default::default(),
             single_call: false,
             usage_fields: Default::default(),
+            shown: None,
         }
     }
 

@@ -10,7 +10,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use super::Core;
-use super::context::{self, RequestCtx};
+use super::context::RequestCtx;
 use crate::error::ApiError;
 use crate::openai::ChatRequest;
 use crate::provider::context as provider_context;
@@ -57,11 +57,10 @@ pub fn not_routed(s: &Core, model: &str) -> ApiError {
 /// chain): the one way every upstream call of a chat request takes, the
 /// agent loop's iterations included. A context overflow moves on only to a
 /// later target with a larger window.
-pub async fn send(s: &Core, routes: &[Route], req: ChatRequest) -> Result<Sent, ApiError> {
+pub async fn send(s: &Core, ctx: &Arc<RequestCtx>, routes: &[Route], req: ChatRequest) -> Result<Sent, ApiError> {
     if routes.is_empty() {
         return Err(not_routed(s, &req.model));
     }
-    let ctx = context::current();
     // Each target rewrites a copy of its own; the last one takes the client's
     // request (the common single route makes no copy).
     let mut req = Some(req);
@@ -72,7 +71,7 @@ pub async fn send(s: &Core, routes: &[Route], req: ChatRequest) -> Result<Sent, 
         }
         let later = &routes[i + 1..];
         let Some(r) = (if later.is_empty() { req.take() } else { req.clone() }) else { break };
-        let e = match attempt(s, ctx.as_ref(), route, r).await {
+        let e = match attempt(s, ctx, route, r).await {
             Ok(sent) => return Ok(Sent { index: i, ..sent }),
             Err(e) if !later.is_empty() => e,
             Err(e) => return Err(ApiError::from(e)),
@@ -88,10 +87,7 @@ pub async fn send(s: &Core, routes: &[Route], req: ChatRequest) -> Result<Sent, 
             None => return Err(ApiError::from(e)),
         };
         let Some(next) = next else { return Err(ApiError::from(e)) };
-        let (from, to) = (&route.provider.name, &next.provider.name);
-        crate::metrics::fallback(from, to);
-        crate::recorder::with(|c| c.fallback(from, to, &e.to_string()));
-        tracing::warn!(from = %from, to = %to, error = %e, "falling back to the next provider");
+        ctx.fallback(&route.provider.name, &next.provider.name, &e);
         failed = Some(e);
     }
     Err(failed.map_or_else(|| not_routed(s, ""), ApiError::from))
@@ -99,22 +95,15 @@ pub async fn send(s: &Core, routes: &[Route], req: ChatRequest) -> Result<Sent, 
 
 /// One target of the chain: the request rewritten for its profile, sent
 /// with retries.
-async fn attempt(
-    s: &Core,
-    ctx: Option<&Arc<RequestCtx>>,
-    route: &Route,
-    mut req: ChatRequest,
-) -> Result<Sent, UpstreamError> {
+async fn attempt(s: &Core, ctx: &Arc<RequestCtx>, route: &Route, mut req: ChatRequest) -> Result<Sent, UpstreamError> {
     let p = &route.provider;
-    if let Some(c) = ctx {
-        c.set_served(p, &route.model);
-    }
+    ctx.set_served(p, &route.model);
     // Before the rewrites: prompt mode turns tool-call turns into text.
-    let owner = ctx.and_then(|c| c.key.as_deref());
+    let owner = ctx.key.as_deref();
     let conversation =
         super::reasoning::prepare_history(&mut req, &p.profile, &route.model, s.store.as_ref(), owner).await;
     let price = p.prices.of(&route.model);
-    if price.is_some() || ctx.is_some_and(|c| c.spend.counted()) {
+    if price.is_some() || ctx.spend.counted() {
         ask_for_usage(&mut req);
     }
     let plan = request::normalize(&mut req, &p.profile, &route.model, p.prompt_for(&route.model));
@@ -122,7 +111,7 @@ async fn attempt(
     // allocator's 8 KiB size class: a request's future there, freed dirty
     // over both its pages, was reused as an open stream's connection buffer,
     // of which one page is used, so every open stream held a page more.
-    let reply = Box::pin(resilience::post_chat(&s.upstream, p, &req, s.store.as_ref(), owner)).await?;
+    let reply = Box::pin(resilience::post_chat(&s.upstream, p, &req, s.store.as_ref(), owner, ctx.shown())).await?;
     let (reply, turn) = measured(reply, ctx, p, &route.model, price);
     Ok(Sent { route: route.clone(), index: 0, plan, reply, conversation, turn })
 }
@@ -145,56 +134,37 @@ pub(crate) fn ask_for_usage(req: &mut ChatRequest) {
     }
 }
 
-/// Records time to first token now, and a stream's token usage (metrics
-/// and spend) when it goes by.
+/// Records time to first token now, and a stream's token usage (metrics,
+/// the console and spend) when it goes by.
 fn measured(
     reply: Reply,
-    ctx: Option<&Arc<RequestCtx>>,
+    ctx: &Arc<RequestCtx>,
     p: &crate::provider::Provider,
     model: &str,
     price: Option<Arc<crate::spend::Price>>,
 ) -> (Reply, Option<Arc<crate::spend::Turn>>) {
-    // Once per request: the agent loop's later iterations are no first token.
-    if ctx.is_none_or(|c| c.first_answer()) {
-        if let Some(c) = ctx {
-            crate::metrics::first_token(&p.name, p.metric_model(model), c.start.elapsed());
-        }
-        crate::recorder::with(crate::recorder::Entry::first_token);
-    }
     let label = p.metric_model(model);
-    let turn = ctx.map(|c| c.spend.turn(&p.name, label, price));
+    ctx.first_token(&p.name, label);
+    let turn = ctx.spend.turn(&p.name, label, price);
     match reply {
         // A whole answer's usage is counted where it is parsed.
         Reply::Json(body) => {
-            if let Some(t) = &turn {
-                t.body(body.bytes().len());
-            }
-            (Reply::Json(body), turn)
+            turn.body(body.bytes().len());
+            (Reply::Json(body), Some(turn))
         }
         Reply::Events(events) => {
             let (provider, label) = (p.name.clone(), label.to_string());
             let fields = p.profile.response.usage.clone();
-            // Held, not looked up: the stream is read outside the handler's task.
-            let shown = crate::recorder::current();
+            let ctx = ctx.clone();
             let stream = events.inspect(move |ev| {
                 let Ok(data) = ev else { return };
-                if let Some(t) = &turn {
-                    t.event();
-                }
+                turn.event();
                 // Only the chunk carrying usage is parsed twice.
                 if data.contains("\"usage\"")
                     && let Ok(v) = serde_json::from_str::<Value>(data)
                     && let Some(u) = v.get("usage").filter(|u| u.is_object())
                 {
-                    crate::metrics::usage(&provider, &label, u);
-                    if let Some(c) = &shown {
-                        c.usage(u);
-                    }
-                    if let Some(t) = &turn {
-                        let mut u = u.clone();
-                        crate::stream::usage::normalize(&mut u, &fields);
-                        t.usage(&u);
-                    }
+                    ctx.usage(&provider, &label, u, Some((&turn, &fields)));
                 }
             });
             (Reply::Events(Box::pin(stream)), None)

@@ -17,6 +17,7 @@ use super::upstream::{Reply, Upstream};
 use super::{Provider, UpstreamError};
 use crate::config::UpstreamConfig;
 use crate::openai::ErrorObject;
+use crate::recorder::Shown;
 
 /// Breaker states, as the `modelshim_circuit_state` gauge shows them.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -234,8 +235,9 @@ pub async fn post(
     p: &Provider,
     path: &str,
     body: &(impl serde::Serialize + Sync),
+    shown: Shown<'_>,
 ) -> Result<Reply, UpstreamError> {
-    post_keyed(up, p, path, body, None).await
+    post_keyed(up, p, path, body, None, shown).await
 }
 
 /// [`post`] of a chat request, with a key of the provider's pool (the
@@ -248,10 +250,13 @@ pub async fn post_chat(
     req: &crate::openai::ChatRequest,
     store: &dyn crate::state::StateStore,
     owner: Option<&str>,
+    shown: Shown<'_>,
 ) -> Result<Reply, UpstreamError> {
     let affinity = if p.keys.rotates() { keys::affinity(owner, req) } else { None };
     let pick = keys::Pick { store, affinity };
-    post_keyed(up, p, "chat/completions", req, Some(&pick)).await.map_err(|e| p.context.recognize(e, &req.model, req))
+    post_keyed(up, p, "chat/completions", req, Some(&pick), shown)
+        .await
+        .map_err(|e| p.context.recognize(e, &req.model, req))
 }
 
 async fn post_keyed(
@@ -260,6 +265,7 @@ async fn post_keyed(
     path: &str,
     body: &(impl serde::Serialize + Sync),
     pick: Option<&keys::Pick<'_>>,
+    shown: Shown<'_>,
 ) -> Result<Reply, UpstreamError> {
     let retries = p.upstream.retries();
     let mut attempt = 0;
@@ -278,7 +284,7 @@ async fn post_keyed(
         };
         let span = tracing::info_span!("upstream", provider = %p.name, attempt, error = tracing::field::Empty);
         let result = async {
-            match up.post_with(p, path, body, chosen.map(|c| c.key)).await {
+            match up.post_with(p, path, body, chosen.map(|c| c.key), shown).await {
                 Ok(Reply::Events(events)) => first_event(events).await,
                 other => other,
             }
@@ -321,7 +327,9 @@ async fn post_keyed(
         let Some(wait) = backoff(&e, attempt, &p.upstream) else { return Err(e) };
         attempt += 1;
         crate::metrics::retry(&p.name, reason);
-        crate::recorder::with(|c| c.retry(&p.name, reason, &e.to_string()));
+        if let Some(c) = shown {
+            c.retry(&p.name, reason, &e.to_string());
+        }
         tracing::warn!(provider = %p.name, attempt, wait_ms = wait.as_millis() as u64, error = %e, "retrying upstream");
         last = Some(e);
         tokio::time::sleep(wait).await;

@@ -21,6 +21,7 @@ use serde_json::Value;
 use super::direct::{DirectUrl, Failed};
 use super::record::{Recorder, Recording};
 use super::{Provider, UpstreamError, error_in_success, map_error};
+use crate::recorder::Shown;
 
 pub use super::sse_in::Events;
 
@@ -242,8 +243,14 @@ impl Upstream {
     }
 
     /// POSTs a JSON body with the provider's first key and classifies the answer.
-    pub async fn post(&self, p: &Provider, path: &str, body: &impl serde::Serialize) -> Result<Reply, UpstreamError> {
-        self.post_with(p, path, body, p.api_key()).await
+    pub async fn post(
+        &self,
+        p: &Provider,
+        path: &str,
+        body: &impl serde::Serialize,
+        shown: Shown<'_>,
+    ) -> Result<Reply, UpstreamError> {
+        self.post_with(p, path, body, p.api_key(), shown).await
     }
 
     /// POSTs a JSON body with `key` (one of the provider's) and classifies
@@ -254,17 +261,16 @@ impl Upstream {
         path: &str,
         body: &impl serde::Serialize,
         key: Option<&str>,
+        shown: Shown<'_>,
     ) -> Result<Reply, UpstreamError> {
         let json = serde_json::to_vec(body).map_err(|e| bad_request(p, &e))?;
-        // The console's record of this request, when one is kept.
-        let shown = crate::recorder::current();
-        if let Some(c) = &shown {
+        if let Some(c) = shown {
             c.upstream_request(&p.name, path, &json);
         }
         let out = self.request(p, http::Method::POST, path, Some(json), key)?;
         let recorded = || serde_json::to_value(body).unwrap_or(Value::Null);
         let sent = self.send(p, out, recorded).await;
-        if let (Some(c), Err(e)) = (&shown, &sent) {
+        if let (Some(c), Err(e)) = (shown, &sent) {
             c.upstream_answer(e.to_string().as_bytes());
         }
         let (resp, mut rec) = sent?;
@@ -272,7 +278,7 @@ impl Upstream {
         if let Some(r) = rec.as_mut() {
             r.head(status, resp.headers());
         }
-        if let Some(c) = &shown {
+        if let Some(c) = shown {
             c.upstream_status(status);
         }
         let is_sse = resp
@@ -287,7 +293,7 @@ impl Upstream {
         if status >= 400 {
             let retry_after = super::errors::retry_after(resp.headers());
             let bytes = self.read(p, resp, rec, self.max_answer).await?;
-            if let Some(c) = &shown {
+            if let Some(c) = shown {
                 c.upstream_answer(&bytes);
             }
             return Err(super::errors::with_retry_after(map_error(&p.profile, status, &bytes), retry_after));
@@ -300,6 +306,7 @@ impl Upstream {
                 None => events,
                 Some(c) => {
                     use futures_util::StreamExt as _;
+                    let c = c.clone();
                     Box::pin(events.inspect(move |ev| {
                         if let Ok(data) = ev {
                             c.upstream_event(data);
@@ -309,7 +316,7 @@ impl Upstream {
             }));
         }
         let bytes = self.read(p, resp, rec, self.max_answer).await?;
-        if let Some(c) = &shown {
+        if let Some(c) = shown {
             c.upstream_answer(&bytes);
         }
         if looks_like_sse(&bytes) {

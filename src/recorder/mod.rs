@@ -4,18 +4,15 @@
 //! live to the open consoles.
 //!
 //! Off the hot path: the edge starts a record only while a console is open
-//! (or `record_always`), one atomic load per request; everywhere else a hook
-//! is a task-local look-up that finds nothing. The record of the request
-//! being served is in the task-local [`CURRENT`] (the edge sets it around
-//! the handler and around every poll of the response body), so the layers
-//! below the edge record without a handle passed down.
+//! (or `record_always`), one atomic load per request. A request's record
+//! is an [`Entry`] its observer (`core::context::RequestCtx`) holds and
+//! passes, as `Option<&Arc<Entry>>`, to the layers that record into it.
 //!
 //! Secrets: bodies are redacted whole (a key split across two stream frames
 //! too) before anything is read out, and every answer the console serves is
 //! redacted again; request headers are never kept.
 
 use std::collections::VecDeque;
-use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -38,6 +35,10 @@ const REDACT_MARGIN: usize = 512;
 const RECORD_BODIES: usize = 8;
 /// Live events an open console may lag behind before it skips some.
 const CHANNEL: usize = 512;
+
+/// A request's record, where one is kept, as the layers below its
+/// observer are handed it.
+pub type Shown<'a> = Option<&'a Arc<Entry>>;
 
 /// The recorder of one server (one `AppState`).
 pub struct Console {
@@ -541,29 +542,6 @@ impl Entry {
         drop(d);
         self.redactor.value(&mut v);
         v
-    }
-}
-
-tokio::task_local! {
-    /// The record of the request this task is serving, while recorded.
-    pub static CURRENT: Arc<Entry>;
-}
-
-/// The record of the request being served, if it is recorded.
-pub fn current() -> Option<Arc<Entry>> {
-    CURRENT.try_with(Arc::clone).ok()
-}
-
-/// Runs `f` on the current record, if any.
-pub fn with(f: impl FnOnce(&Entry)) {
-    let _ = CURRENT.try_with(|e| f(e));
-}
-
-/// `fut` with `entry` as the current record (as it is without one).
-pub async fn scope<F: Future>(entry: Option<Arc<Entry>>, fut: F) -> F::Output {
-    match entry {
-        Some(e) => CURRENT.scope(e, fut).await,
-        None => fut.await,
     }
 }
 

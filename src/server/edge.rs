@@ -5,8 +5,9 @@
 //! shutdown tracker token until the last byte of a stream, and ends open
 //! streams in-band when the shutdown grace period is over.
 //!
-//! Handlers learn nothing new: what they need from the edge (the request's
-//! context) is in a task-local, [`current`].
+//! Handlers learn nothing new: what they need from the edge is the request's
+//! observer ([`RequestCtx`]), handed to the hot route's handler and put in
+//! the request's extensions for the router's.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -30,8 +31,7 @@ use super::Shared;
 use super::auth::{Auth, AuthError};
 use super::limits::{LimitsConfig, Peek, PeekError};
 use super::origin::{Browser, Verdict};
-use crate::core::context::CTX;
-pub use crate::core::context::{RequestCtx, Served, current};
+pub use crate::core::context::{RequestCtx, Served};
 use crate::error::ErrorObject;
 use crate::spend::ledger::{DEFAULT_RESERVE_OUTPUT, Hold};
 use crate::spend::{Ledger, Refusal, Tokens};
@@ -200,19 +200,26 @@ fn too_slow(limit: std::time::Duration) -> Response {
 
 /// The middleware, as the router's layer.
 pub async fn guard(State(s): State<Shared>, req: Request, next: Next) -> Response {
-    around(s, req, |req| next.run(req)).await
+    around(s, req, |mut req, ctx| {
+        if let Some(c) = ctx {
+            req.extensions_mut().insert(c);
+        }
+        next.run(req)
+    })
+    .await
 }
 
 /// The edge around `inner` (the router, or the hot route's handler called
-/// directly; see [`super::App`]).
+/// directly; see [`super::App`]), which gets the request's observer (none
+/// for health checks, the scrape and the console's pages).
 pub async fn around<F, Fut>(s: Shared, req: Request, inner: F) -> Response
 where
-    F: FnOnce(Request) -> Fut,
+    F: FnOnce(Request, Option<Arc<RequestCtx>>) -> Fut,
     Fut: Future<Output = Response>,
 {
     let path = req.uri().path();
     if matches!(path, "/healthz" | "/readyz") {
-        return inner(req).await;
+        return inner(req, None).await;
     }
     // DNS rebinding: a page on another name resolving to 127.0.0.1.
     if !s.edge.browser.host_ok(req.uri(), req.headers()) {
@@ -228,7 +235,7 @@ where
     // The scrape is open and not counted as a request; the console has its
     // own admin key and its own checks (server/console).
     if path == "/metrics" || super::console::is_console(path) {
-        return inner(req).await;
+        return inner(req, None).await;
     }
     let cors = s.edge.browser.check(req.headers());
     let id = request_id(req.headers());
@@ -291,7 +298,7 @@ async fn anthropic_error(resp: Response) -> Response {
 
 async fn serve<F, Fut>(s: Shared, req: Request, inner: F, id: String) -> Response
 where
-    F: FnOnce(Request) -> Fut,
+    F: FnOnce(Request, Option<Arc<RequestCtx>>) -> Fut,
     Fut: Future<Output = Response>,
 {
     let edge = &s.edge;
@@ -441,7 +448,7 @@ where
             body: shown_body.as_deref().unwrap_or_default(),
         })
     });
-    let ctx = Arc::new(RequestCtx::new(id, start, model, key_name));
+    let ctx = Arc::new(RequestCtx::new(id, start, model, key_name, shown.clone()));
     if key.as_ref().is_some_and(|k| !k.budget.is_empty()) {
         ctx.spend.set_counted();
     }
@@ -458,13 +465,7 @@ where
         _token: edge.tracker.token(),
     };
     crate::metrics::in_flight(1.0);
-    // A recorded request runs with its record current; boxed, so the
-    // request's future keeps its size when nothing is recorded.
-    let handler = match shown.clone() {
-        Some(e) => futures_util::future::Either::Left(Box::pin(crate::recorder::CURRENT.scope(e, inner(req)))),
-        None => futures_util::future::Either::Right(inner(req)),
-    };
-    let resp = CTX.scope(ctx, handler).await;
+    let resp = inner(req, Some(ctx)).await;
     let (parts, body) = resp.into_parts();
     if let Some(c) = &shown {
         c.status(parts.status.as_u16());
@@ -599,20 +600,14 @@ impl http_body::Body for GuardedBody {
             this.done.take();
             return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(SHUTDOWN_EVENT)))));
         }
-        // A recorded body is polled with its record current (streams call
-        // upstream and run tools in these polls) and teed into it.
-        let r = match this.done.as_ref().and_then(|d| d.shown.as_ref()) {
-            None => Pin::new(&mut this.inner).poll_frame(cx),
-            Some(c) => {
-                let r = crate::recorder::CURRENT.sync_scope(c.clone(), || Pin::new(&mut this.inner).poll_frame(cx));
-                if let Poll::Ready(Some(Ok(f))) = &r
-                    && let Some(d) = f.data_ref()
-                {
-                    c.client_bytes(d);
-                }
-                r
-            }
-        };
+        // A recorded body is teed into its record.
+        let r = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Some(c) = this.done.as_ref().and_then(|d| d.shown.as_ref())
+            && let Poll::Ready(Some(Ok(f))) = &r
+            && let Some(d) = f.data_ref()
+        {
+            c.client_bytes(d);
+        }
         if let Poll::Ready(None | Some(Err(_))) = &r {
             this.finished = true;
             this.done.take();

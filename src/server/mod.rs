@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Extension, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -193,7 +193,12 @@ impl App {
     /// The hot route through the edge to its handler, past the router.
     fn hot(&self, req: axum::extract::Request) -> HotFuture {
         let s = self.state.clone();
-        Box::pin(async move { Ok(edge::around(s.clone(), req, |req| chat::direct(s.core.clone(), req)).await) })
+        Box::pin(async move {
+            Ok(edge::around(s.clone(), req, |req, ctx| {
+                chat::direct(s.core.clone(), ctx.unwrap_or_else(edge::RequestCtx::detached), req)
+            })
+            .await)
+        })
     }
 }
 
@@ -274,8 +279,8 @@ async fn metrics() -> impl IntoResponse {
 }
 
 /// `GET /v1/usage`: the calling key's spend and budgets (docs/spend.md).
-async fn usage(State(s): State<Shared>) -> Response {
-    let key = edge::current().and_then(|c| c.key.clone());
+async fn usage(State(s): State<Shared>, Extension(ctx): Extension<Arc<edge::RequestCtx>>) -> Response {
+    let key = ctx.key.clone();
     let name = key.as_deref().unwrap_or(edge::ANONYMOUS);
     let budget = key.as_deref().and_then(|k| s.edge.auth.named(k)).map(|k| k.budget).unwrap_or_default();
     let mut report = s.edge.ledger.report(name, &budget).await;

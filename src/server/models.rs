@@ -9,10 +9,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use serde_json::{Map, Value, json};
 
 use super::Shared;
+use super::edge::RequestCtx;
 use crate::error::ApiError;
 use crate::provider::upstream::Upstream;
 use crate::provider::{Provider, Providers};
@@ -29,8 +30,12 @@ const SHORTEST_REFRESH: Duration = Duration::from_millis(100);
 
 /// The list; asked with `anthropic-version` (the Anthropic SDKs, Claude
 /// Code), in Anthropic's shape.
-pub async fn list(State(s): State<Shared>, headers: axum::http::HeaderMap) -> Json<Value> {
-    let data = visible(&s).await;
+pub async fn list(
+    State(s): State<Shared>,
+    Extension(ctx): Extension<Arc<RequestCtx>>,
+    headers: axum::http::HeaderMap,
+) -> Json<Value> {
+    let data = visible(&s, &ctx).await;
     if headers.contains_key("anthropic-version") {
         return Json(crate::fronts::messages::model_list(&data));
     }
@@ -39,15 +44,19 @@ pub async fn list(State(s): State<Shared>, headers: axum::http::HeaderMap) -> Js
 
 /// One model of the list; an id the caller's key may not use is as unknown
 /// as one that does not exist.
-pub async fn retrieve(State(s): State<Shared>, Path(id): Path<String>) -> Result<Json<Value>, ApiError> {
-    visible(&s).await.into_iter().find(|m| m["id"] == id.as_str()).map(Json).ok_or_else(|| {
+pub async fn retrieve(
+    State(s): State<Shared>,
+    Extension(ctx): Extension<Arc<RequestCtx>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    visible(&s, &ctx).await.into_iter().find(|m| m["id"] == id.as_str()).map(Json).ok_or_else(|| {
         ApiError::ModelNotFound(format!("The model `{id}` does not exist or you do not have access to it."))
     })
 }
 
 /// Every model the caller's key may use, in list order.
-async fn visible(s: &Shared) -> Vec<Value> {
-    let key = super::edge::current().and_then(|c| c.key.clone()).and_then(|name| s.edge.auth.named(&name));
+async fn visible(s: &Shared, ctx: &RequestCtx) -> Vec<Value> {
+    let key = ctx.key.as_deref().and_then(|name| s.edge.auth.named(name));
     let allowed = |id: &str| key.as_ref().is_none_or(|k| k.allows(id));
     let discovered = s.discovery.lists(&s.upstream).await;
     let mut data = Vec::new();

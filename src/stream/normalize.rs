@@ -46,6 +46,8 @@ pub struct Settings {
     pub single_call: bool,
     /// The profile's own usage fields → OpenAI's (see [`super::usage`]).
     pub usage_fields: std::collections::BTreeMap<String, String>,
+    /// The request's console record, told of each call recovered from text.
+    pub shown: Option<Arc<crate::recorder::Entry>>,
 }
 
 struct NativeCall {
@@ -423,7 +425,9 @@ impl Normalizer {
                     pending.push(tool_delta(index, Some(id.clone()), Some(call.name.clone()), Some(String::new())));
                     pending.push(tool_delta(index, None, None, Some(call.arguments.clone())));
                     crate::metrics::recovered(std::slice::from_ref(&call));
-                    crate::recorder::with(|c| c.recovered(1));
+                    if let Some(c) = &self.s.shown {
+                        c.recovered(1);
+                    }
                     self.recovered.push(call);
                 }
             }

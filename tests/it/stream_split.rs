@@ -32,6 +32,7 @@ fn settings() -> Settings {
         names_back: Default::default(),
         single_call: false,
         usage_fields: Default::default(),
+        shown: None,
     }
 }
 

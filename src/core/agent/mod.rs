@@ -39,6 +39,7 @@ use futures_util::{Stream, StreamExt};
 use serde_json::{Map, Value, json};
 
 use crate::core::Core;
+use crate::core::context::RequestCtx;
 use crate::core::pipeline::{self, Reader};
 use crate::error::ApiError;
 use crate::openai::{ChatRequest, Chunk, ChunkChoice, Delta, FunctionDelta, Message, ToolCallDelta};
@@ -87,9 +88,9 @@ struct Loop {
     client_names: HashSet<String>,
     /// Trace entries are made (the client asked for them).
     trace: bool,
-    /// The console's record of this request, when one is kept: every trace
-    /// entry goes there too, asked for or not.
-    shown: Option<Arc<crate::recorder::Entry>>,
+    /// The request's observer; its console record, when one is kept, gets
+    /// every trace entry, asked for or not.
+    ctx: Arc<RequestCtx>,
     want_usage: bool,
 }
 
@@ -97,11 +98,12 @@ struct Loop {
 /// translate it into another API (`/v1/responses`).
 pub async fn chunks(
     s: Arc<Core>,
+    ctx: Arc<RequestCtx>,
     registry: Arc<Registry>,
     routes: Vec<Route>,
     req: ChatRequest,
 ) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, ApiError> {
-    let items = items(s, registry, routes, req, false).await?;
+    let items = items(s, ctx, registry, routes, req, false).await?;
     Ok(items
         .filter_map(|it| {
             futures_util::future::ready(match it {
@@ -117,12 +119,12 @@ pub async fn chunks(
 /// first upstream answer is in hand.
 pub async fn items(
     s: Arc<Core>,
+    ctx: Arc<RequestCtx>,
     registry: Arc<Registry>,
     routes: Vec<Route>,
     mut req: ChatRequest,
     trace: bool,
 ) -> Result<BoxStream<'static, Result<Item, UpstreamError>>, ApiError> {
-    let ctx = crate::core::context::current();
     registry.ensure_started().await;
     let catalog = registry.catalog();
     let client_stream = req.is_stream();
@@ -134,8 +136,7 @@ pub async fn items(
     }
     // The loop drives one choice.
     req.extra.remove("n");
-    // Read here: the loop's stream is polled outside the edge's task-local.
-    let owner = ctx.as_ref().and_then(|c| c.key.clone());
+    let owner = ctx.key.clone();
     let owner = owner.as_deref();
     let client_chain = Chain::each(owner, &req.messages).last().copied().unwrap_or_else(|| Chain::new(owner));
     req.messages = splice::apply(s.store.as_ref(), owner, std::mem::take(&mut req.messages)).await;
@@ -154,7 +155,7 @@ pub async fn items(
         client_tools,
         client_names,
         trace,
-        shown: crate::recorder::current(),
+        ctx,
         want_usage,
     };
     let mut items = lp.stream().boxed();
@@ -239,14 +240,14 @@ impl Loop {
 
     /// Whether trace entries are made: for the client or the console.
     fn tracing(&self) -> bool {
-        self.trace || self.shown.is_some()
+        self.trace || self.ctx.shown.is_some()
     }
 
     /// A trace entry goes to the console, and to the client if it asked.
     fn pass(&self, it: Item) -> Option<Item> {
         match it {
             Item::Trace(t) => {
-                if let Some(c) = &self.shown {
+                if let Some(c) = &self.ctx.shown {
                     c.timeline(t.clone());
                 }
                 self.trace.then_some(Item::Trace(t))
@@ -258,7 +259,7 @@ impl Loop {
     /// The console's timeline entry of an iteration starting: the skills
     /// read so far and the tools they unlocked.
     fn show_iteration(&self, iteration: u32, offer: &Offer, route: &Route) {
-        let Some(c) = &self.shown else { return };
+        let Some(c) = &self.ctx.shown else { return };
         let none = BTreeSet::new();
         let locks = &self.catalog.locks;
         let unlocked: Vec<&str> = offer
@@ -277,7 +278,7 @@ impl Loop {
     /// The console's timeline entry of what the model said in an iteration:
     /// its text and calls; `last` marks the answer the client got.
     fn show_turn(&self, iteration: u32, turn: &Turn, last: bool) {
-        let Some(c) = &self.shown else { return };
+        let Some(c) = &self.ctx.shown else { return };
         let calls: Vec<Value> = turn
             .calls
             .values()
@@ -315,8 +316,7 @@ impl Loop {
                 }
                 let offer = self.offer(&history);
                 let req = self.request(&history, iteration, &offer);
-                let call = pipeline::begin(&self.s, &self.routes[from..], req, Reader::Loop);
-                let call = crate::recorder::scope(self.shown.clone(), call);
+                let call = pipeline::begin(&self.s, &self.ctx, &self.routes[from..], req, Reader::Loop);
                 let (route, mut chunks) = match tokio::time::timeout(remaining, call).await {
                     Ok(Ok(begun)) => {
                         from += begun.index;
@@ -344,7 +344,7 @@ impl Loop {
                         Ok(Some(Ok(chunk))) => {
                             if !started {
                                 started = true;
-                                if let Some(c) = &self.shown {
+                                if let Some(c) = &self.ctx.shown {
                                     c.first_token();
                                 }
                                 yield Ok(Item::Started);
@@ -387,13 +387,13 @@ impl Loop {
                     .map(|c| CallRequest { id: c.id.clone(), name: c.name.clone(), arguments: c.arguments.clone() })
                     .collect();
                 let cap = deadline.saturating_duration_since(Instant::now());
-                if let Some(c) = &self.shown {
+                if let Some(c) = &self.ctx.shown {
                     let calls: Vec<Value> = requests.iter().map(|r| json!({"id": r.id, "tool": r.name,
                         "arguments": arguments_value(&r.arguments)})).collect();
                     c.timeline(json!({"type": "tool_calls_started", "iteration": iteration, "calls": calls}));
                 }
                 let outcomes = self.run_gated(requests, &offer.read, cap).await;
-                if let Some(c) = &self.shown {
+                if let Some(c) = &self.ctx.shown {
                     for o in &outcomes {
                         c.timeline(steps::console_entry(o, iteration, cfg.trace_result_chars));
                     }
@@ -419,7 +419,7 @@ impl Loop {
                 history.extend(exchange.iter().cloned());
                 hidden.extend(exchange);
             }
-            if let (Some(c), Some(u)) = (&self.shown, &out.usage) {
+            if let (Some(c), Some(u)) = (&self.ctx.shown, &out.usage) {
                 c.set_usage(u);
             }
             for c in out.usage_chunk(self.want_usage) { yield Ok(Item::Chunk(c)); }

@@ -8,7 +8,7 @@ pub mod trace;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use futures_util::{Stream, StreamExt};
@@ -16,6 +16,7 @@ use serde_json::Value;
 
 use super::sse;
 use crate::core::Core;
+use crate::core::context::RequestCtx;
 use crate::core::pipeline::{self, Out, Started, start};
 use crate::core::{self};
 use crate::error::ApiError;
@@ -24,14 +25,19 @@ use crate::provider::UpstreamError;
 use crate::stream::Assembler;
 use std::sync::Arc;
 
-pub async fn completions(State(s): State<Arc<Core>>, headers: HeaderMap, body: Bytes) -> Result<Response, ApiError> {
+pub async fn completions(
+    State(s): State<Arc<Core>>,
+    Extension(ctx): Extension<Arc<RequestCtx>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let req = parse(&body)?;
     if let Some(tools) = core::looping(&s) {
         let routes = core::route::routes(&s, &req)?;
-        return trace::run(s.clone(), tools, routes, req, &headers).await;
+        return trace::run(s.clone(), ctx, tools, routes, req, &headers).await;
     }
     let client_stream = req.is_stream();
-    let started = start(&s, req, !client_stream).await?;
+    let started = start(&s, &ctx, req, !client_stream).await?;
     if client_stream {
         return Ok(match started {
             // The stream's own path, so plain content deltas can be forwarded as they came.
@@ -55,10 +61,10 @@ pub async fn completions(State(s): State<Arc<Core>>, headers: HeaderMap, body: B
 
 /// [`completions`] as [`crate::server::App`] calls it, past the router: the edge has
 /// read the body already, so this takes its bytes back out.
-pub async fn direct(s: Arc<Core>, req: axum::extract::Request) -> Response {
+pub async fn direct(s: Arc<Core>, ctx: Arc<RequestCtx>, req: axum::extract::Request) -> Response {
     let (parts, body) = req.into_parts();
     match axum::body::to_bytes(body, usize::MAX).await {
-        Ok(body) => completions(State(s), parts.headers, body).await.into_response(),
+        Ok(body) => completions(State(s), Extension(ctx), parts.headers, body).await.into_response(),
         Err(e) => ApiError::invalid(format!("Cannot read the body: {e}")).into_response(),
     }
 }

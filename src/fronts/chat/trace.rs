@@ -69,6 +69,7 @@ impl TraceMode {
 /// Runs a chat request through the agent loop.
 pub async fn run(
     s: Arc<Core>,
+    ctx: Arc<crate::core::context::RequestCtx>,
     registry: Arc<Registry>,
     routes: Vec<Route>,
     req: ChatRequest,
@@ -76,7 +77,7 @@ pub async fn run(
 ) -> Result<Response, ApiError> {
     let trace = TraceMode::from_headers(headers);
     let client_stream = req.is_stream();
-    let items = agent::items(s, registry, routes, req, trace.on()).await?;
+    let items = agent::items(s, ctx, registry, routes, req, trace.on()).await?;
     if client_stream { Ok(sse(items, trace)) } else { whole(items, trace).await }
 }
 

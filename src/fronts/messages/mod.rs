@@ -14,13 +14,14 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::drive;
 use crate::core::Core;
+use crate::core::context::RequestCtx;
 use crate::error::ApiError;
 use events::Builder;
 
@@ -120,7 +121,11 @@ async fn parse(s: &Core, body: &[u8]) -> Result<request::Request, ApiError> {
     request::parse(body, &lookup)
 }
 
-pub async fn create(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response, Error> {
+pub async fn create(
+    State(s): State<Arc<Core>>,
+    Extension(ctx): Extension<Arc<RequestCtx>>,
+    body: Bytes,
+) -> Result<Response, Error> {
     let req = parse(&s, &body).await?;
     let max = s.limits.max_messages;
     if req.chat.messages.len() > max {
@@ -133,7 +138,7 @@ pub async fn create(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response,
     let mut b = Builder::new(&req.model, req.stop_sequences.clone());
     // Returns once the upstream answered: an upstream that fails at once
     // gets its HTTP status here.
-    let chunks = crate::core::answer(&s, req.chat).await?;
+    let chunks = crate::core::answer(&s, &ctx, req.chat).await?;
     if !req.stream {
         drive::whole(&mut b, chunks).await.map_err(ApiError::from)?;
         return Ok(Json(b.message()).into_response());

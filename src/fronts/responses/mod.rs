@@ -18,12 +18,13 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::drive::{self, Translate as _};
 use crate::core::Core;
+use crate::core::context::RequestCtx;
 use crate::error::ApiError;
 use crate::state::sealed::OpenError;
 use events::{Builder, new_id};
@@ -54,9 +55,13 @@ fn wants_sealed(req: &Request) -> bool {
         .is_some_and(|i| i.iter().any(|v| v.as_str() == Some("reasoning.encrypted_content")))
 }
 
-pub async fn create(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response, ApiError> {
+pub async fn create(
+    State(s): State<Arc<Core>>,
+    Extension(ctx): Extension<Arc<RequestCtx>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let mut req = request::parse(&body)?;
-    let owner = store::owner();
+    let owner = ctx.key.clone();
     if req.input.len() > s.limits.max_messages {
         return Err(ApiError::invalid_param(
             "input",
@@ -124,7 +129,7 @@ pub async fn create(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response,
     }
     // Returns once the upstream answered: an upstream that fails at once
     // gets its HTTP status and OpenAI error body here.
-    let chunks = crate::core::answer(&s, chat).await?;
+    let chunks = crate::core::answer(&s, &ctx, chat).await?;
     if req.stream {
         return Ok(stream(s, builder, chunks, items, new, req.store.then_some(owner)));
     }
@@ -146,9 +151,13 @@ const COMPACT_PROMPT: &str = "Context compaction: write a summary of the convers
 /// input's user messages and one `compaction` item holding the summary
 /// sealed like encrypted reasoning, which becomes a user message again
 /// when it comes back in a later request's input.
-pub async fn compact(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response, ApiError> {
+pub async fn compact(
+    State(s): State<Arc<Core>>,
+    Extension(ctx): Extension<Arc<RequestCtx>>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
     let mut req = request::parse(&body)?;
-    let owner = store::owner();
+    let owner = ctx.key.clone();
     if req.input.len() > s.limits.max_messages {
         return Err(ApiError::invalid_param(
             "input",
@@ -179,7 +188,7 @@ pub async fn compact(State(s): State<Arc<Core>>, body: Bytes) -> Result<Response
     chat.tools = None;
     chat.extra.remove("tool_choice");
     let mut b = Builder::new(json!({"id": new_id("resp"), "output": []}));
-    let chunks = crate::core::answer(&s, chat).await?;
+    let chunks = crate::core::answer(&s, &ctx, chat).await?;
     drive::whole(&mut b, chunks).await?;
     b.finish();
     let r = b.response();
@@ -225,15 +234,23 @@ fn json_len(v: &impl serde::Serialize) -> usize {
     }
 }
 
-pub async fn retrieve(State(s): State<Arc<Core>>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    match store::load(&s, store::owner().as_deref(), &id).await? {
+pub async fn retrieve(
+    State(s): State<Arc<Core>>,
+    Extension(ctx): Extension<Arc<RequestCtx>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    match store::load(&s, ctx.key.as_deref(), &id).await? {
         Some(stored) => Ok(Json(stored.response).into_response()),
         None => Err(not_found(&id)),
     }
 }
 
-pub async fn delete(State(s): State<Arc<Core>>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    if store::delete(&s, store::owner().as_deref(), &id).await? {
+pub async fn delete(
+    State(s): State<Arc<Core>>,
+    Extension(ctx): Extension<Arc<RequestCtx>>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    if store::delete(&s, ctx.key.as_deref(), &id).await? {
         Ok(Json(json!({"id": id, "object": "response", "deleted": true})).into_response())
     } else {
         Err(not_found(&id))
@@ -251,10 +268,11 @@ pub struct ListParams {
 
 pub async fn input_items(
     State(s): State<Arc<Core>>,
+    Extension(ctx): Extension<Arc<RequestCtx>>,
     Path(id): Path<String>,
     Query(q): Query<ListParams>,
 ) -> Result<Response, ApiError> {
-    let Some(stored) = store::load(&s, store::owner().as_deref(), &id).await? else {
+    let Some(stored) = store::load(&s, ctx.key.as_deref(), &id).await? else {
         return Err(not_found(&id));
     };
     let mut items = store::input_items(&stored);

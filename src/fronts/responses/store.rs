@@ -19,13 +19,6 @@ pub struct Stored {
     pub items: Vec<Value>,
 }
 
-/// The proxy key the request came with, by name (`None` with auth off).
-/// Read it in the handler: a response body stream is polled outside the
-/// edge's task-local context.
-pub fn owner() -> Option<String> {
-    crate::core::context::current().and_then(|c| c.key.clone())
-}
-
 /// Saves a finished response, owned by the request's proxy key (`owner`);
 /// `items[new..]` are this turn's (its input and output), indexed by item id.
 /// A store failure is logged: the answer is delivered anyway, only a later
