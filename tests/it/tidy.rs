@@ -323,3 +323,23 @@ fn the_file_checker_sees_a_circle() {
     g.insert("d".into(), ["a".to_string()].into());
     assert_eq!(circles(&g), vec![vec!["a".to_string(), "b".to_string(), "c".to_string()]]);
 }
+
+/// What happens to a request is told to its observer, passed down
+/// (`core/context.rs`): no task-local carries request state, so every
+/// function that reports or records takes what it reports to. (Thread-locals
+/// hold per-thread connection pools, no request's state.)
+#[test]
+fn no_task_local_carries_a_request() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let found: Vec<String> = files
+        .iter()
+        .filter(|f| {
+            let c = code(&std::fs::read_to_string(f).unwrap());
+            c.contains("task_local!")
+        })
+        .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
+        .collect();
+    assert!(found.is_empty(), "request state in task-locals: {found:?}");
+}
