@@ -94,6 +94,31 @@ pub struct Provider {
     pub prices: crate::spend::Prices,
     /// Context windows and the vendor's overflow errors.
     pub context: context::Context,
+    /// Which models take images: the config's `vision` for every model,
+    /// else the profile's globs (longest first), else its default.
+    sight: Sight,
+}
+
+/// Which of a provider's models take images (see [`Provider::sees`]).
+#[derive(Debug)]
+struct Sight {
+    all: Option<bool>,
+    globs: Vec<(globset::GlobMatcher, bool)>,
+    default: bool,
+}
+
+impl Sight {
+    fn new(name: &str, pc: &ProviderConfig, profile: &Profile) -> Result<Self, ConfigError> {
+        let mut globs = Vec::new();
+        let mut by_len: Vec<_> = profile.vision.models.iter().collect();
+        by_len.sort_by_key(|(g, _)| std::cmp::Reverse(g.len()));
+        for (glob, on) in by_len {
+            let g = globset::Glob::new(&glob.to_ascii_lowercase())
+                .map_err(|e| ConfigError::Invalid(format!("provider {name}: [vision] glob {glob:?}: {e}")))?;
+            globs.push((g.compile_matcher(), *on));
+        }
+        Ok(Sight { all: pc.vision, globs, default: profile.vision.default.unwrap_or(profile.tools.vision) })
+    }
 }
 
 impl Provider {
@@ -160,6 +185,15 @@ impl Provider {
     pub fn reasoning_formats_for(&self, declares_tools: bool) -> Option<Arc<FormatSet>> {
         let recover = declares_tools && self.mode != ToolMode::Native;
         self.reasoning_formats.clone().filter(|_| recover)
+    }
+
+    /// Whether `model` takes images (else they go to `[vision_bridge]`).
+    pub fn sees(&self, model: &str) -> bool {
+        if let Some(all) = self.sight.all {
+            return all;
+        }
+        let model = model.to_ascii_lowercase();
+        self.sight.globs.iter().find(|(g, _)| g.is_match(&model)).map_or(self.sight.default, |(_, on)| *on)
     }
 }
 
@@ -357,6 +391,7 @@ impl Providers {
                     &pc.context_windows,
                     &profile.errors.context_overflow,
                 )?,
+                sight: Sight::new(name, pc, &profile)?,
                 profile,
             };
             by_name.insert(name.clone(), Arc::new(provider));

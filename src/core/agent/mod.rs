@@ -404,7 +404,9 @@ impl Loop {
                     }
                 }
                 let all: Vec<Call> = turn.calls.values().cloned().collect();
-                let (results, images) = tool_messages(&outcomes, route.provider.profile.tools.vision);
+                // Images go on when the model sees them or the bridge describes them.
+                let images_on = route.provider.sees(&route.model) || self.s.vision_bridge.is_some();
+                let (results, images) = tool_messages(&outcomes, images_on);
                 let mut exchange = vec![assistant(&turn, &replay, &all)];
                 exchange.extend(results);
                 if !client.is_empty() {
