@@ -77,10 +77,8 @@ impl<'a> Bridge<'a> {
             let d = self.describe(&p).await?;
             Ok::<_, ApiError>((p.url, d))
         });
-        let described: Vec<(String, String)> = futures_util::stream::iter(asks)
-            .buffered(concurrency)
-            .try_collect()
-            .await?;
+        let described: Vec<(String, String)> =
+            futures_util::stream::iter(asks).buffered(concurrency).try_collect().await?;
         let mut out = req.clone();
         for p in &parts {
             let Some((_, text)) = described.iter().find(|(u, _)| *u == p.url) else { continue };
@@ -169,7 +167,9 @@ impl<'a> Bridge<'a> {
             return Err(bad(format!("it is {mime:?}, not an image.")));
         }
         if f.truncated || f.body.is_empty() {
-            return Err(bad(format!("the image is empty or larger than {max} bytes ([vision_bridge] max_image_bytes).")));
+            return Err(bad(format!(
+                "the image is empty or larger than {max} bytes ([vision_bridge] max_image_bytes)."
+            )));
         }
         Ok(Image { mime, bytes: f.body })
     }

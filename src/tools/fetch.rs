@@ -43,10 +43,9 @@ async fn admit(config: &HttpFetchConfig, url: &Url) -> Result<Vec<SocketAddr>, S
     let port = url.port_or_known_default().unwrap_or(80);
     let addrs: Vec<SocketAddr> = match host.parse::<IpAddr>() {
         Ok(ip) => vec![SocketAddr::new(ip, port)],
-        Err(_) => tokio::net::lookup_host((host, port))
-            .await
-            .map_err(|e| format!("cannot resolve {host}: {e}"))?
-            .collect(),
+        Err(_) => {
+            tokio::net::lookup_host((host, port)).await.map_err(|e| format!("cannot resolve {host}: {e}"))?.collect()
+        }
     };
     if addrs.is_empty() {
         return Err(format!("{host} resolves to no address"));
