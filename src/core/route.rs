@@ -87,7 +87,7 @@ pub async fn send(
             continue;
         }
         let later = &routes[i + 1..];
-        let r = if images && !route.provider.sees(&route.model) {
+        let r = if images && route.provider.sees(&route.model) == Some(false) {
             let Some(d) = describer else {
                 blind.get_or_insert_with(|| cannot_see(route));
                 continue;

@@ -95,7 +95,7 @@ pub struct Provider {
     /// Context windows and the vendor's overflow errors.
     pub context: context::Context,
     /// Which models take images: the config's `vision` for every model,
-    /// else the profile's globs (longest first), else its default.
+    /// else the profile's globs (longest first), else its default (if any).
     sight: Sight,
 }
 
@@ -104,7 +104,7 @@ pub struct Provider {
 struct Sight {
     all: Option<bool>,
     globs: Vec<(globset::GlobMatcher, bool)>,
-    default: bool,
+    default: Option<bool>,
 }
 
 impl Sight {
@@ -117,7 +117,8 @@ impl Sight {
                 .map_err(|e| ConfigError::Invalid(format!("provider {name}: [vision] glob {glob:?}: {e}")))?;
             globs.push((g.compile_matcher(), *on));
         }
-        Ok(Sight { all: pc.vision, globs, default: profile.vision.default.unwrap_or(profile.tools.vision) })
+        let default = profile.vision.default.or(profile.tools.vision.then_some(true));
+        Ok(Sight { all: pc.vision, globs, default })
     }
 }
 
@@ -187,13 +188,15 @@ impl Provider {
         self.reasoning_formats.clone().filter(|_| recover)
     }
 
-    /// Whether `model` takes images (else they go to `[vision_bridge]`).
-    pub fn sees(&self, model: &str) -> bool {
+    /// Whether `model` takes images (`Some(false)`: they go to
+    /// `[vision_bridge]`); `None` when neither the config nor the profile
+    /// says (a profile of its own without `[vision]`): images are sent on.
+    pub fn sees(&self, model: &str) -> Option<bool> {
         if let Some(all) = self.sight.all {
-            return all;
+            return Some(all);
         }
         let model = model.to_ascii_lowercase();
-        self.sight.globs.iter().find(|(g, _)| g.is_match(&model)).map_or(self.sight.default, |(_, on)| *on)
+        self.sight.globs.iter().find(|(g, _)| g.is_match(&model)).map(|(_, on)| *on).or(self.sight.default)
     }
 }
 

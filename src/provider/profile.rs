@@ -76,7 +76,8 @@ pub struct Profile {
 #[derive(Debug, Clone, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct Vision {
-    /// Models that match no glob: `[tools] vision` (false) when unset.
+    /// Models that match no glob. Unset (and no `[tools] vision = true`):
+    /// unknown, so images are sent on as the client sent them.
     #[serde(default)]
     pub default: Option<bool>,
     /// Model globs (lower-cased) to whether they take images; the longest
@@ -250,7 +251,8 @@ pub struct ToolQuirks {
     #[serde(default)]
     pub drop_parallel_tool_calls: bool,
     /// The models take images: the older spelling of `[vision] default =
-    /// true` (the default for models no `[vision] models` glob names).
+    /// true`. Without either, images returned by server-side tools are
+    /// replaced by a note.
     #[serde(default)]
     pub vision: bool,
     /// Models (globs, lower-cased) that get prompt-mode tools even when the

@@ -116,7 +116,7 @@ impl AppState {
         }
         if let Some(b) = &config.vision_bridge {
             let routes = providers.routes(&b.model);
-            if !routes.iter().any(|r| r.provider.sees(&r.model)) {
+            if !routes.iter().any(|r| r.provider.sees(&r.model) != Some(false)) {
                 return Err(ConfigError::Invalid(format!(
                     "[vision_bridge] model {:?} {}: name a provider/model or alias that takes images (docs/vision.md)",
                     b.model,

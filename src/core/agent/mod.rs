@@ -405,7 +405,10 @@ impl Loop {
                 }
                 let all: Vec<Call> = turn.calls.values().cloned().collect();
                 // Images go on when the model sees them or the bridge describes them.
-                let images_on = route.provider.sees(&route.model) || self.s.vision_bridge.is_some();
+                let images_on = match route.provider.sees(&route.model) {
+                    Some(sees) => sees || self.s.vision_bridge.is_some(),
+                    None => false,
+                };
                 let (results, images) = tool_messages(&outcomes, images_on);
                 let mut exchange = vec![assistant(&turn, &replay, &all)];
                 exchange.extend(results);
