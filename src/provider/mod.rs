@@ -503,6 +503,40 @@ mod tests {
     use super::*;
 
     #[test]
+    fn which_bundled_models_see_is_profile_data_and_the_config_overrides_it() {
+        let profiles = load_profiles(None).unwrap();
+        let all = Providers::resolve(&Config::default(), &profiles).unwrap();
+        let sees = |p: &str, m: &str| all.get(p).unwrap_or_else(|| panic!("{p}")).sees(m);
+        for (p, m, want) in [
+            ("deepseek", "deepseek-chat", false),
+            ("deepseek", "deepseek-reasoner", false),
+            ("dashscope", "qwen3-vl-plus", true),
+            ("dashscope", "qwen-vl-max", true),
+            ("dashscope", "qwen-plus", false),
+            ("zhipu", "glm-4.6v", true),
+            ("zhipu", "glm-4.7", false),
+            ("moonshot", "kimi-k2-0905-preview", false),
+            ("openai", "gpt-4o", true),
+            ("vllm", "Qwen/Qwen2.5-VL-7B-Instruct", true),
+            ("vllm", "deepseek-ai/DeepSeek-V3.2", false),
+            ("ollama", "llava:13b", true),
+        ] {
+            assert_eq!(sees(p, m), Some(want), "{p}/{m}");
+        }
+        let mut config = Config::default();
+        config.providers.insert("openai".into(), ProviderConfig { vision: Some(false), ..Default::default() });
+        config.providers.insert("deepseek".into(), ProviderConfig { vision: Some(true), ..Default::default() });
+        let over = Providers::resolve(&config, &profiles).unwrap();
+        assert_eq!(over.get("openai").unwrap().sees("gpt-4o"), Some(false));
+        assert_eq!(over.get("deepseek").unwrap().sees("deepseek-chat"), Some(true));
+        // A profile that says nothing: unknown, images sent as before.
+        let mut own = BTreeMap::new();
+        own.insert("own".to_string(), Profile::parse("own", "name = \"own\"\nbase_url = \"http://x/v1\"\n").unwrap());
+        let p = Providers::resolve(&Config::default(), &own).unwrap();
+        assert_eq!(p.get("own").unwrap().sees("m"), None);
+    }
+
+    #[test]
     fn aliases_may_be_globs_exact_names_first_then_the_longest_glob() {
         let mut config = Config::default();
         config.providers.insert(
