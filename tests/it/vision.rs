@@ -25,11 +25,12 @@ const DESCRIPTION: &str = "A terminal window. Visible text: `error[E0308]: misma
 /// The bridge's usage per description.
 const BRIDGE_TOKENS: u64 = 1234;
 /// A 1×1 PNG.
-const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+pub(crate) const PNG: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
 /// Another image (other bytes, so another description).
 const PNG2: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
 
-fn data_url(b64: &str) -> String {
+pub(crate) fn data_url(b64: &str) -> String {
     format!("data:image/png;base64,{b64}")
 }
 
@@ -70,19 +71,27 @@ impl Respond for Seeing {
     }
 }
 
-struct Setup {
-    proxy: Proxy,
+/// The scripted upstreams and what each received.
+#[derive(Clone)]
+pub(crate) struct Upstreams {
     /// What the text-only vendor received (its 400s too).
-    text: Log,
+    pub(crate) text: Log,
     /// What the model that sees received.
-    seeing: Log,
-    _servers: (MockServer, MockServer),
+    pub(crate) seeing: Log,
+    servers: Arc<(MockServer, MockServer)>,
+}
+
+pub(crate) struct Setup {
+    pub(crate) proxy: Proxy,
+    pub(crate) text: Log,
+    pub(crate) seeing: Log,
+    pub(crate) upstreams: Upstreams,
 }
 
 /// Providers `ds` (text only, `[vision] default = false`) and `vl` (sees),
 /// the bridge on `vl/vision-model` unless `bridge` is false; `tweak` may
 /// change the config further.
-async fn setup(
+pub(crate) async fn setup(
     bridge: bool,
     brain: impl Fn(&Value) -> Value + Send + Sync + 'static,
     tweak: impl FnOnce(&mut Config),
@@ -101,6 +110,12 @@ async fn setup(
         .respond_with(Seeing { log: seeing.clone() })
         .mount(&seeing_up)
         .await;
+    replica(&Upstreams { text, seeing, servers: Arc::new((text_up, seeing_up)) }, bridge, tweak).await
+}
+
+/// A proxy in front of `ups` (another replica when called again).
+pub(crate) async fn replica(ups: &Upstreams, bridge: bool, tweak: impl FnOnce(&mut Config)) -> Setup {
+    let (text_up, seeing_up) = (&ups.servers.0, &ups.servers.1);
     let mut profiles = BTreeMap::new();
     let parse =
         |id: &str, t: &str| Profile::parse(id, &format!("name = \"{id}\"\nbase_url = \"http://unused\"\n{t}")).unwrap();
@@ -112,21 +127,22 @@ async fn setup(
         base_url: Some(format!("{}/v1", up.uri())),
         ..Default::default()
     };
-    config.providers.insert("ds".into(), table("textonly", &text_up));
-    config.providers.insert("vl".into(), table("seeing", &seeing_up));
+    config.providers.insert("ds".into(), table("textonly", text_up));
+    config.providers.insert("vl".into(), table("seeing", seeing_up));
     if bridge {
         config.vision_bridge = Some(VisionBridgeConfig::to("vl/vision-model"));
     }
     tweak(&mut config);
     let state = AppState::new(&config, &profiles).expect("state");
-    Setup { proxy: serve_state(state).await, text, seeing, _servers: (text_up, seeing_up) }
+    let proxy = serve_state(state).await;
+    Setup { proxy, text: ups.text.clone(), seeing: ups.seeing.clone(), upstreams: ups.clone() }
 }
 
-fn log(l: &Log) -> Vec<Value> {
+pub(crate) fn log(l: &Log) -> Vec<Value> {
     l.lock().unwrap().clone()
 }
 
-fn ask_about(url: &str) -> Value {
+pub(crate) fn ask_about(url: &str) -> Value {
     json!({"model": "ds/chat", "messages": [{"role": "user", "content": [
         {"type": "text", "text": "What does this error say?"},
         {"type": "image_url", "image_url": {"url": url}}]}]})
@@ -155,7 +171,7 @@ fn texts(body: &Value) -> (Vec<String>, bool) {
 }
 
 /// The text model got the description in the image's place, and no image.
-fn assert_described(body: &Value) {
+pub(crate) fn assert_described(body: &Value) {
     let (texts, image) = texts(body);
     assert!(!image, "no image part reached the text model: {body}");
     assert!(
