@@ -94,6 +94,15 @@ impl ChatRequest {
     pub fn declares_tools(&self) -> bool {
         self.tools.as_ref().is_some_and(|t| !t.is_empty())
     }
+
+    /// Whether any message has an image part (a look at content arrays only,
+    /// so a text request pays for a scan of its messages' kinds).
+    pub fn has_image(&self) -> bool {
+        self.messages.iter().any(|m| match &m.content {
+            Value::Array(parts) => parts.iter().any(|p| p.get("type").and_then(Value::as_str) == Some("image_url")),
+            _ => false,
+        })
+    }
 }
 
 /// A chat message's field saying an Anthropic-front `cache_control` marker

@@ -16,6 +16,7 @@ pub mod skills;
 pub mod state;
 pub mod telemetry;
 pub mod tools;
+pub mod vision;
 
 /// `tool_calls` modes (DESIGN.md).
 #[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
@@ -101,6 +102,10 @@ pub struct Config {
     /// The live console at `/console` (off by default).
     #[serde(default)]
     pub console: console::ConsoleConfig,
+    /// The model that describes images for models that cannot see (none:
+    /// such a request is a 400). docs/vision.md.
+    #[serde(default)]
+    pub vision_bridge: Option<vision::VisionBridgeConfig>,
 }
 
 /// `[routes]`: each scenario's target, an alias, `provider/model` or a
@@ -196,6 +201,10 @@ pub struct ProviderConfig {
     /// `[context_windows]`.
     #[serde(default)]
     pub context_windows: BTreeMap<String, u64>,
+    /// Whether this provider's models take images, whatever the profile's
+    /// `[vision]` says (docs/vision.md).
+    #[serde(default)]
+    pub vision: Option<bool>,
 }
 
 /// Upstream timeouts, retries and circuit breaker. A provider's

@@ -2,7 +2,8 @@
 //! in by: routing and the fallback chain ([`route`]), request rewriting
 //! and the upstream call (`provider`), the reasoning round trip
 //! ([`reasoning`]), normalization of the answer (`stream`, in [`pipeline`]),
-//! and the agent loop with server-side tools and skills ([`agent`]). What
+//! the agent loop with server-side tools and skills ([`agent`]), and images
+//! described for models that cannot see ([`vision`]). What
 //! comes out is normalized chat chunks (or the upstream's bytes where
 //! nothing needed changing) and trace entries: no HTTP type, no SSE; the
 //! fronts (`fronts/`) turn them into their wire format.
@@ -13,6 +14,7 @@ pub mod context;
 pub mod pipeline;
 pub mod reasoning;
 pub mod route;
+pub mod vision;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,4 +43,7 @@ pub struct Core {
     pub responses: crate::config::responses::ResponsesConfig,
     /// The keys sealing state a client carries (encrypted reasoning).
     pub sealer: Arc<crate::state::sealed::Keyring>,
+    /// The model that describes images for models that cannot see
+    /// (`[vision_bridge]`, see [`vision`]).
+    pub vision_bridge: Option<crate::config::vision::VisionBridgeConfig>,
 }

@@ -105,8 +105,9 @@ pub async fn begin(
     let declares_tools = looping || req.declares_tools();
     let want_usage = !looping && client_stream && req.wants_usage();
     let single_call = !looping && req.extra.get("parallel_tool_calls") == Some(&Value::Bool(false));
+    let bridge = s.vision_bridge.as_ref().map(|c| super::vision::Bridge::new(s, ctx, c));
     let super::route::Sent { route, index, plan, reply, conversation, turn } =
-        super::route::send(s, ctx, routes, req).await?;
+        super::route::send(s, ctx, routes, req, bridge.as_ref().map(|b| b as _)).await?;
     let provider = route.provider.clone();
     let tools = if plan.tools_offered { tool_index(&client_tools, &plan.names_back) } else { ToolIndex::default() };
     let settings = Settings {

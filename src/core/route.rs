@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 use super::Core;
@@ -53,24 +54,56 @@ pub fn not_routed(s: &Core, model: &str) -> ApiError {
     ))
 }
 
+/// What a route whose model cannot see is sent instead of a request with
+/// images: the request with every image described (`super::vision`).
+pub trait Describer: Send + Sync {
+    fn described<'a>(&'a self, req: &'a ChatRequest) -> BoxFuture<'a, Result<ChatRequest, ApiError>>;
+}
+
 /// Sends the request along `routes` (one route, or an alias's fallback
 /// chain): the one way every upstream call of a chat request takes, the
 /// agent loop's iterations included. A context overflow moves on only to a
-/// later target with a larger window.
-pub async fn send(s: &Core, ctx: &Arc<RequestCtx>, routes: &[Route], req: ChatRequest) -> Result<Sent, ApiError> {
+/// later target with a larger window. Each route decides whether it sees:
+/// one that cannot gets the request as `describer` describes it (made once,
+/// on the first such route), or is passed over when there is none.
+pub async fn send(
+    s: &Core,
+    ctx: &Arc<RequestCtx>,
+    routes: &[Route],
+    req: ChatRequest,
+    describer: Option<&dyn Describer>,
+) -> Result<Sent, ApiError> {
     if routes.is_empty() {
         return Err(not_routed(s, &req.model));
     }
+    let images = req.has_image();
     // Each target rewrites a copy of its own; the last one takes the client's
     // request (the common single route makes no copy).
     let mut req = Some(req);
-    let (mut failed, mut floor) = (None, None);
+    let mut described: Option<ChatRequest> = None;
+    let (mut failed, mut floor, mut blind) = (None, None, None);
     for (i, route) in routes.iter().enumerate() {
         if floor.is_some_and(|w| !provider_context::larger(route, w)) {
             continue;
         }
         let later = &routes[i + 1..];
-        let Some(r) = (if later.is_empty() { req.take() } else { req.clone() }) else { break };
+        let r = if images && route.provider.sees(&route.model) == Some(false) {
+            let Some(d) = describer else {
+                blind.get_or_insert_with(|| cannot_see(route));
+                continue;
+            };
+            if described.is_none()
+                && let Some(original) = req.as_ref()
+            {
+                described = Some(d.described(original).await?);
+            }
+            if later.is_empty() { described.take() } else { described.clone() }
+        } else if later.is_empty() {
+            req.take()
+        } else {
+            req.clone()
+        };
+        let Some(r) = r else { break };
         let e = match attempt(s, ctx, route, r).await {
             Ok(sent) => return Ok(Sent { index: i, ..sent }),
             Err(e) if !later.is_empty() => e,
@@ -90,7 +123,23 @@ pub async fn send(s: &Core, ctx: &Arc<RequestCtx>, routes: &[Route], req: ChatRe
         ctx.fallback(&route.provider.name, &next.provider.name, &e);
         failed = Some(e);
     }
-    Err(failed.map_or_else(|| not_routed(s, ""), ApiError::from))
+    match (failed, blind) {
+        (Some(e), _) => Err(ApiError::from(e)),
+        (None, Some(e)) => Err(e),
+        (None, None) => Err(not_routed(s, "")),
+    }
+}
+
+/// The 400 of an image sent to a model that cannot see, with no
+/// `[vision_bridge]` to describe it (rather than the vendor's own 400).
+pub fn cannot_see(route: &Route) -> ApiError {
+    ApiError::invalid_param(
+        "messages",
+        format!(
+            "The model `{}/{}` cannot see images, and this request has an image. Set `[vision_bridge] model = \"PROVIDER/MODEL\"` in the config to a model that sees, and images are described for it; or send this request to a model that sees (docs/vision.md).",
+            route.provider.name, route.model
+        ),
+    )
 }
 
 /// One target of the chain: the request rewritten for its profile, sent

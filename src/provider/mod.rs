@@ -94,6 +94,32 @@ pub struct Provider {
     pub prices: crate::spend::Prices,
     /// Context windows and the vendor's overflow errors.
     pub context: context::Context,
+    /// Which models take images: the config's `vision` for every model,
+    /// else the profile's globs (longest first), else its default (if any).
+    sight: Sight,
+}
+
+/// Which of a provider's models take images (see [`Provider::sees`]).
+#[derive(Debug)]
+struct Sight {
+    all: Option<bool>,
+    globs: Vec<(globset::GlobMatcher, bool)>,
+    default: Option<bool>,
+}
+
+impl Sight {
+    fn new(name: &str, pc: &ProviderConfig, profile: &Profile) -> Result<Self, ConfigError> {
+        let mut globs = Vec::new();
+        let mut by_len: Vec<_> = profile.vision.models.iter().collect();
+        by_len.sort_by_key(|(g, _)| std::cmp::Reverse(g.len()));
+        for (glob, on) in by_len {
+            let g = globset::Glob::new(&glob.to_ascii_lowercase())
+                .map_err(|e| ConfigError::Invalid(format!("provider {name}: [vision] glob {glob:?}: {e}")))?;
+            globs.push((g.compile_matcher(), *on));
+        }
+        let default = profile.vision.default.or(profile.tools.vision.then_some(true));
+        Ok(Sight { all: pc.vision, globs, default })
+    }
 }
 
 impl Provider {
@@ -160,6 +186,17 @@ impl Provider {
     pub fn reasoning_formats_for(&self, declares_tools: bool) -> Option<Arc<FormatSet>> {
         let recover = declares_tools && self.mode != ToolMode::Native;
         self.reasoning_formats.clone().filter(|_| recover)
+    }
+
+    /// Whether `model` takes images (`Some(false)`: they go to
+    /// `[vision_bridge]`); `None` when neither the config nor the profile
+    /// says (a profile of its own without `[vision]`): images are sent on.
+    pub fn sees(&self, model: &str) -> Option<bool> {
+        if let Some(all) = self.sight.all {
+            return Some(all);
+        }
+        let model = model.to_ascii_lowercase();
+        self.sight.globs.iter().find(|(g, _)| g.is_match(&model)).map(|(_, on)| *on).or(self.sight.default)
     }
 }
 
@@ -357,6 +394,7 @@ impl Providers {
                     &pc.context_windows,
                     &profile.errors.context_overflow,
                 )?,
+                sight: Sight::new(name, pc, &profile)?,
                 profile,
             };
             by_name.insert(name.clone(), Arc::new(provider));
@@ -463,6 +501,40 @@ fn named(names: &[String], provider: &str) -> Result<FormatSet, ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn which_bundled_models_see_is_profile_data_and_the_config_overrides_it() {
+        let profiles = load_profiles(None).unwrap();
+        let all = Providers::resolve(&Config::default(), &profiles).unwrap();
+        let sees = |p: &str, m: &str| all.get(p).unwrap_or_else(|| panic!("{p}")).sees(m);
+        for (p, m, want) in [
+            ("deepseek", "deepseek-chat", false),
+            ("deepseek", "deepseek-reasoner", false),
+            ("dashscope", "qwen3-vl-plus", true),
+            ("dashscope", "qwen-vl-max", true),
+            ("dashscope", "qwen-plus", false),
+            ("zhipu", "glm-4.6v", true),
+            ("zhipu", "glm-4.7", false),
+            ("moonshot", "kimi-k2-0905-preview", false),
+            ("openai", "gpt-4o", true),
+            ("vllm", "Qwen/Qwen2.5-VL-7B-Instruct", true),
+            ("vllm", "deepseek-ai/DeepSeek-V3.2", false),
+            ("ollama", "llava:13b", true),
+        ] {
+            assert_eq!(sees(p, m), Some(want), "{p}/{m}");
+        }
+        let mut config = Config::default();
+        config.providers.insert("openai".into(), ProviderConfig { vision: Some(false), ..Default::default() });
+        config.providers.insert("deepseek".into(), ProviderConfig { vision: Some(true), ..Default::default() });
+        let over = Providers::resolve(&config, &profiles).unwrap();
+        assert_eq!(over.get("openai").unwrap().sees("gpt-4o"), Some(false));
+        assert_eq!(over.get("deepseek").unwrap().sees("deepseek-chat"), Some(true));
+        // A profile that says nothing: unknown, images sent as before.
+        let mut own = BTreeMap::new();
+        own.insert("own".to_string(), Profile::parse("own", "name = \"own\"\nbase_url = \"http://x/v1\"\n").unwrap());
+        let p = Providers::resolve(&Config::default(), &own).unwrap();
+        assert_eq!(p.get("own").unwrap().sees("m"), None);
+    }
 
     #[test]
     fn aliases_may_be_globs_exact_names_first_then_the_longest_glob() {

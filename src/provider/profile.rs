@@ -66,6 +66,24 @@ pub struct Profile {
     /// overflow, and the "M maximum" of the Messages front's overflow error.
     #[serde(default)]
     pub context_windows: BTreeMap<String, u64>,
+    /// Which models take images (docs/vision.md).
+    #[serde(default)]
+    pub vision: Vision,
+}
+
+/// `[vision]`: which models take images. A model that cannot see gets its
+/// images described by `[vision_bridge]` (or the request is a 400).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Vision {
+    /// Models that match no glob. Unset (and no `[tools] vision = true`):
+    /// unknown, so images are sent on as the client sent them.
+    #[serde(default)]
+    pub default: Option<bool>,
+    /// Model globs (lower-cased) to whether they take images; the longest
+    /// matching glob wins.
+    #[serde(default)]
+    pub models: BTreeMap<String, bool>,
 }
 
 /// Request rewrites for parameters and messages the vendor rejects.
@@ -232,9 +250,9 @@ pub struct ToolQuirks {
     /// `parallel_tool_calls` is not accepted.
     #[serde(default)]
     pub drop_parallel_tool_calls: bool,
-    /// The models take images: images returned by server-side tools are
-    /// sent on in a `user` message after the tool results (else they are
-    /// replaced by a text note).
+    /// The models take images: the older spelling of `[vision] default =
+    /// true`. Without either, images returned by server-side tools are
+    /// replaced by a note.
     #[serde(default)]
     pub vision: bool,
     /// Models (globs, lower-cased) that get prompt-mode tools even when the
@@ -373,7 +391,6 @@ impl Profile {
             (self.tools.call_id_alnum9, "maps tool-call ids to 9 alphanumerics"),
             (!self.tools.strip_schema_keywords.is_empty(), "strips unsupported schema keywords"),
             (self.tools.name_chars.is_some() || self.tools.name_max_len.is_some(), "renames tool names it rejects"),
-            (self.tools.vision, "tool-result images sent as user images"),
             (self.thinking.stream_only, "thinking calls streamed upstream"),
             (self.response.starts_in_reasoning, "output starts in <think>"),
         ];
@@ -386,6 +403,13 @@ impl Profile {
         }
         if let Some(c) = self.tools.thinking_conflict {
             v.push(format!("{c:?} with thinking: {:?}", self.tools.on_thinking_conflict));
+        }
+        let mut sees: Vec<&str> = self.vision.models.iter().filter(|(_, on)| **on).map(|(g, _)| g.as_str()).collect();
+        if self.vision.default.unwrap_or(self.tools.vision) {
+            sees.insert(0, "every model");
+        }
+        if !sees.is_empty() {
+            v.push(format!("takes images: {}", sees.join(", ")));
         }
         if !self.tools.prompt_models.is_empty() {
             v.push(format!("prompt-mode tools for {}", self.tools.prompt_models.join(", ")));

@@ -46,7 +46,7 @@ impl Scenarios {
         if !self.long_context.is_empty() && super::context::estimate_tokens(req) > self.long_context_tokens {
             return Some(("long_context", &self.long_context));
         }
-        if !self.image.is_empty() && has_image(req) {
+        if !self.image.is_empty() && req.has_image() {
             return Some(("image", &self.image));
         }
         if !self.background.is_empty() && req.model.to_ascii_lowercase().contains(BACKGROUND_MODEL) {
@@ -57,14 +57,6 @@ impl Scenarios {
         }
         None
     }
-}
-
-/// Any image part in the messages.
-fn has_image(req: &ChatRequest) -> bool {
-    req.messages.iter().any(|m| match &m.content {
-        Value::Array(parts) => parts.iter().any(|p| p.get("type").and_then(Value::as_str) == Some("image_url")),
-        _ => false,
-    })
 }
 
 /// Reasoning asked for: a `reasoning_effort` other than `none`, or a

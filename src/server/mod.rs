@@ -114,6 +114,16 @@ impl AppState {
                 config.responses.reasoning_keys_env
             );
         }
+        if let Some(b) = &config.vision_bridge {
+            let routes = providers.routes(&b.model);
+            if !routes.iter().any(|r| r.provider.sees(&r.model) != Some(false)) {
+                return Err(ConfigError::Invalid(format!(
+                    "[vision_bridge] model {:?} {}: name a provider/model or alias that takes images (docs/vision.md)",
+                    b.model,
+                    if routes.is_empty() { "is not routed" } else { "cannot see images" }
+                )));
+            }
+        }
         let core = Core {
             providers,
             upstream,
@@ -123,6 +133,7 @@ impl AppState {
             limits: config.limits.clone(),
             responses: config.responses.clone(),
             sealer: Arc::new(sealer),
+            vision_bridge: config.vision_bridge.clone(),
         };
         let core = Arc::new(core);
         Ok(Arc::new(AppState {

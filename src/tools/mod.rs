@@ -14,6 +14,7 @@
 pub mod builtin;
 pub use crate::config::tools as config;
 pub mod batch;
+pub mod fetch;
 pub mod mcp;
 mod mcp_session;
 pub mod skill;

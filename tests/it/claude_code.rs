@@ -512,3 +512,138 @@ async fn claude_code_compacts_on_a_vendors_context_overflow() {
         "{report}"
     );
 }
+
+/// A 1×1 PNG, the screenshot Claude Code reads.
+const SHOT_PNG: &str =
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+const SHOT_DESCRIPTION: &str = "A terminal. Visible text: `error[E0308]: mismatched types`.";
+const SHOT_ANSWER: &str = "The screenshot shows error E0308, mismatched types.";
+
+/// A text-only main model (DeepSeek's 400 on any image part) that reads the
+/// screenshot with Claude Code's Read tool, and `vision-model`, the bridge.
+struct TextOnlyReader {
+    log: Log,
+    shot: PathBuf,
+}
+
+impl Respond for TextOnlyReader {
+    fn respond(&self, r: &Request) -> ResponseTemplate {
+        let body: Value = serde_json::from_slice(&r.body).unwrap();
+        self.log.lock().unwrap().push(body.clone());
+        let msgs = body["messages"].as_array().cloned().unwrap_or_default();
+        let image = |m: &Value| m["content"].as_array().is_some_and(|c| c.iter().any(|p| p["type"] != "text"));
+        let text = match body["model"].as_str().unwrap_or("") {
+            "vision-model" => SHOT_DESCRIPTION.to_string(),
+            "coder" if msgs.iter().any(image) => {
+                return err400(
+                    "Failed to deserialize the JSON body into the target type: messages[2]: unknown variant `image_url`, expected `text`",
+                );
+            }
+            "coder" if body.get("tools").is_some() => {
+                if !msgs.iter().any(|m| m["role"] == "tool") {
+                    let args = json!({"file_path": self.shot.display().to_string()});
+                    format!("<tool_call>\n{}\n</tool_call>", json!({"name": "Read", "arguments": args}))
+                } else if body.to_string().contains("mismatched types") {
+                    SHOT_ANSWER.to_string()
+                } else {
+                    "I received no description of the image.".to_string()
+                }
+            }
+            _ => "OK.".to_string(),
+        };
+        let m = json!({"role": "assistant", "content": text});
+        if body["stream"] != true {
+            return ResponseTemplate::new(200).set_body_json(completion(m, "stop"));
+        }
+        let chunks = vec![
+            chunk(json!({"role": "assistant", "content": ""}), None),
+            chunk(json!({"content": text}), None),
+            chunk(json!({}), Some("stop")),
+        ];
+        ResponseTemplate::new(200).set_body_raw(sse_body(&chunks), "text/event-stream")
+    }
+}
+
+/// Claude Code reads a screenshot with its Read tool through a text-only
+/// model (issue #46): the image is described by the vision bridge, the model
+/// gets the description and never the image, and the task finishes.
+#[tokio::test(flavor = "multi_thread")]
+async fn claude_code_reads_a_screenshot_through_a_text_only_model() {
+    let claude = tokio::task::spawn_blocking(claude_env).await.unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let (home, cwd) = (work.path().join("home"), work.path().join("project"));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&cwd).unwrap();
+    let shot = cwd.canonicalize().unwrap().join("shot.png");
+    let png = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, SHOT_PNG).unwrap();
+    std::fs::write(&shot, png).unwrap();
+    let upstream = MockServer::start().await;
+    let log: Log = Arc::default();
+    Mock::given(method("POST"))
+        .respond_with(TextOnlyReader { log: log.clone(), shot: shot.clone() })
+        .mount(&upstream)
+        .await;
+    let extra: Config = toml::from_str(&format!(
+        "[auth]\nkeys = [\"{KEY}\"]\n[models]\n\"claude-*\" = \"v/coder\"\n\"claude-*haiku*\" = \"v/small\"\n[vision_bridge]\nmodel = \"eyes/vision-model\"\n"
+    ))
+    .unwrap();
+    // `v` cannot see (its profile says so); `eyes`, on the same upstream, can.
+    let profile = "[tools]\nformats = { \"*\" = [\"hermes\"] }\n[vision]\ndefault = false\n";
+    let proxy = proxy_with(profile, &upstream.uri(), |c| {
+        c.upstream.breaker_failures = 0;
+        c.upstream.retries = Some(0);
+        c.auth = extra.auth;
+        c.models = extra.models;
+        c.vision_bridge = extra.vision_bridge;
+        let mut eyes = c.providers["v"].clone();
+        eyes.vision = Some(true);
+        c.providers.insert("eyes".into(), eyes);
+    })
+    .await;
+    let (base, seen) = relay(proxy.addr).await;
+    let mut cmd = tokio::process::Command::new(&claude);
+    cmd.args(["-p", "Read shot.png and tell me what the error in it says."])
+        .args(["--output-format", "json", "--model", "claude-sonnet-4-5"])
+        .args(["--permission-mode", "acceptEdits", "--allowedTools", "Read"])
+        .args(["--no-session-persistence", "--max-budget-usd", "5"])
+        .current_dir(&cwd)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("CLAUDE_CONFIG_DIR", home.join(".claude"))
+        .env("ANTHROPIC_BASE_URL", &base)
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("DISABLE_ERROR_REPORTING", "1")
+        .env("CLAUDE_CODE_MAX_RETRIES", "0")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output()).await.expect("claude -p finished").unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let requests = log.lock().unwrap().clone();
+    let report = format!(
+        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}\nClaude Code sent:\n{}\nupstream got: {:#?}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr),
+        shapes(&seen.lock().unwrap()),
+        requests.iter().map(|b| (b["model"].clone(), b["messages"].as_array().map(Vec::len))).collect::<Vec<_>>(),
+    );
+    assert!(out.status.success(), "{report}");
+    let result: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| panic!("{report}"));
+    assert_eq!(result["result"], SHOT_ANSWER, "{report}");
+    // Claude Code sent the image (a tool_result image block) ...
+    let sent = requests_in(&seen.lock().unwrap());
+    assert!(
+        sent.iter().filter_map(|(_, b)| b.as_ref()).any(|b| b.to_string().contains(SHOT_PNG)),
+        "Claude Code sent the screenshot: {report}"
+    );
+    // ... the bridge described it, and the text model got only the description.
+    let bridge: Vec<&Value> = requests.iter().filter(|b| b["model"] == "vision-model").collect();
+    assert_eq!(bridge.len(), 1, "{report}");
+    assert!(bridge[0].to_string().contains(SHOT_PNG), "{report}");
+    let coder: Vec<&Value> = requests.iter().filter(|b| b["model"] == "coder").collect();
+    assert!(coder.iter().all(|b| !b.to_string().contains("image_url")), "{report}");
+    assert!(coder.last().unwrap().to_string().contains(SHOT_DESCRIPTION), "{report}");
+}

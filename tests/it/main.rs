@@ -37,3 +37,4 @@ mod stream_split;
 mod tidy;
 mod toolcall_conformance;
 mod tools;
+mod vision;

@@ -518,3 +518,21 @@ keys = [{ key = "sk-race-shared-01", name = "race", tokens_per_day = 100 }]"#;
     let first = tag(spend[0]).unwrap_or_else(|| panic!("no hash tag in {}", spend[0]));
     assert!(spend.iter().all(|k| tag(k).as_deref() == Some(first.as_str())), "{spend:?}");
 }
+
+/// Issue 46: an image one replica had described is not described again by
+/// the other (the description is kept by content hash in the shared store).
+#[tokio::test]
+async fn a_description_made_by_one_replica_is_reused_by_the_other() {
+    use crate::vision::{PNG, ask_about, assert_described, data_url, log, replica, setup};
+    let _gauge = IN_PROCESS.lock().await;
+    let redis = start_redis();
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let shared = |c: &mut modelshim::config::Config| c.state.redis_url = Some(url.clone());
+    let a = setup(true, |_| say("ok"), shared).await;
+    let b = replica(&a.upstreams, true, shared).await;
+    assert_eq!(a.proxy.chat(ask_about(&data_url(PNG))).await.0, 200);
+    assert_eq!(b.proxy.chat(ask_about(&data_url(PNG))).await.0, 200);
+    assert_eq!(log(&a.seeing).len(), 1, "described once, on replica A");
+    assert_eq!(log(&b.text).len(), 2);
+    assert_described(&log(&b.text)[1]);
+}

@@ -404,7 +404,12 @@ impl Loop {
                     }
                 }
                 let all: Vec<Call> = turn.calls.values().cloned().collect();
-                let (results, images) = tool_messages(&outcomes, route.provider.profile.tools.vision);
+                // Images go on when the model sees them or the bridge describes them.
+                let images_on = match route.provider.sees(&route.model) {
+                    Some(sees) => sees || self.s.vision_bridge.is_some(),
+                    None => false,
+                };
+                let (results, images) = tool_messages(&outcomes, images_on);
                 let mut exchange = vec![assistant(&turn, &replay, &all)];
                 exchange.extend(results);
                 if !client.is_empty() {

@@ -265,6 +265,12 @@
             h("span", { class: "iter", text: "iteration " + e.iteration + (e.finish_reason ? " · " + e.finish_reason : "") })),
           e.text ? h("pre", { class: "said", text: e.text }) : null,
           (e.calls || []).length ? h("div", { class: "sub", text: "calls: " + e.calls.map((c) => c.tool).join(", ") }) : null)));
+      } else if (e.type === "image_described") {
+        items.push(h("div", { class: "tl model-turn" }, h("div", { class: "panel card" },
+          h("div", { class: "title" }, h("span", { class: "name", text: "Image described" }),
+            h("span", { class: "badge ok", text: e.cached ? "cached" : "described" }),
+            h("span", { class: "iter", text: e.part + " · " + e.bridge + " · " + e.bytes + " bytes · " + e.duration_ms + " ms" })),
+          h("pre", { class: "said", text: e.description }))));
       } else if (e.type === "loop_stopped") {
         items.push(h("div", { class: "tl stopped" }, h("div", { class: "panel card" },
           h("div", { class: "title" }, h("span", { class: "name", text: "Loop stopped" }), h("span", { class: "badge warn", text: e.reason })),
@@ -277,7 +283,7 @@
         h("div", { class: "title" }, h("span", { class: "badge run", text: "waiting" }), h("span", { class: "iter", text: "iteration " + last.iteration + ": the model is answering…" })))));
     }
     return items.length ? h("div", { class: "timeline", id: "timeline" }, items)
-      : h("div", { class: "panel empty", id: "timeline", text: "No agent loop: this request took the plain path (no server-side tool ran)." });
+      : h("div", { class: "panel empty", id: "timeline", text: "No agent loop or image description: this request took the plain path." });
   }
   function bodyBlock(b, what) {
     if (!b) return h("div", { class: "muted", text: "nothing recorded" });
