@@ -27,8 +27,20 @@ pub struct RequestCtx {
     pub spend: crate::spend::Tally,
     /// An upstream answered already (the agent loop calls it again).
     answered: std::sync::atomic::AtomicBool,
+    /// Side calls made for the answer are under way (an image described):
+    /// their first token is not the request's.
+    aside: std::sync::atomic::AtomicUsize,
     /// The console's record of the request, while one is kept.
     pub shown: Option<Arc<crate::recorder::Entry>>,
+}
+
+/// Side calls under way, for as long as it lives ([`RequestCtx::aside`]).
+pub struct Aside<'a>(&'a RequestCtx);
+
+impl Drop for Aside<'_> {
+    fn drop(&mut self) {
+        self.0.aside.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// Who served a request.
@@ -65,6 +77,7 @@ impl RequestCtx {
             served: Mutex::new(None),
             spend: Default::default(),
             answered: Default::default(),
+            aside: Default::default(),
             shown,
         }
     }
@@ -93,6 +106,9 @@ impl RequestCtx {
     /// An upstream answer is in hand: the request's time to first token,
     /// for its first answer only (the agent loop's later ones are not).
     pub fn first_token(&self, provider: &str, label: &str) {
+        if self.aside.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+            return;
+        }
         if self.answered.swap(true, std::sync::atomic::Ordering::Relaxed) {
             return;
         }
@@ -100,6 +116,13 @@ impl RequestCtx {
         if let Some(e) = &self.shown {
             e.first_token();
         }
+    }
+
+    /// Marks side calls under way until the guard drops: their answers do
+    /// not count as the request's first token (usage and spend still do).
+    pub fn aside(&self) -> Aside<'_> {
+        self.aside.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Aside(self)
     }
 
     /// An upstream answer's usage (OpenAI's shape, as the vendor sent it),

@@ -63,6 +63,7 @@ impl<'a> Bridge<'a> {
 
     /// `req` with every image part replaced by its description.
     async fn describe_all(&self, req: &ChatRequest) -> Result<ChatRequest, ApiError> {
+        let _aside = self.ctx.aside();
         let parts = image_parts(req);
         let concurrency = self.cfg.concurrency.max(1);
         // The same image twice in a request (a screenshot on every turn) is

@@ -448,3 +448,43 @@ async fn the_hidden_loops_tool_images_are_described() {
     assert_described(&sent[1]);
     assert_eq!(log(&s.seeing).len(), 1);
 }
+
+#[tokio::test]
+async fn the_first_token_is_the_answering_models_not_the_bridges() {
+    // Own provider names: the metrics registry is the process's.
+    let s = setup(
+        true,
+        |_| say("ok"),
+        |c| {
+            let text = c.providers.remove("ds").unwrap();
+            let seeing = c.providers.remove("vl").unwrap();
+            c.providers.insert("dsttft".into(), text);
+            c.providers.insert("vlttft".into(), seeing);
+            c.vision_bridge = Some(VisionBridgeConfig::to("vlttft/vision-model"));
+        },
+    )
+    .await;
+    let mut req = ask_about(&data_url(PNG));
+    req["model"] = json!("dsttft/chat");
+    let (st, body) = s.proxy.chat(req).await;
+    assert_eq!(st, 200, "{body}");
+    let m = s.proxy.http.get(s.proxy.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let series = |provider: &str| {
+        m.lines()
+            .find(|l| {
+                l.starts_with("modelshim_time_to_first_token_seconds_count{")
+                    && l.contains(&format!("provider=\"{provider}\""))
+            })
+            .map(str::to_string)
+    };
+    assert!(series("dsttft").is_some_and(|l| l.ends_with(" 1")), "{m}");
+    // Every configured provider's series exists from the start, at 0.
+    assert!(
+        series("vlttft").is_none_or(|l| l.ends_with(" 0")),
+        "the bridge's answer is not the request's first token: {m}"
+    );
+    assert!(
+        m.lines().any(|l| l.starts_with("modelshim_tokens_total{") && l.contains("provider=\"vlttft\"")),
+        "the bridge's tokens are still counted: {m}"
+    );
+}
