@@ -80,7 +80,13 @@ pub struct Ledger {
     shared: AtomicBool,
     /// Per key name, per counter name.
     slots: Mutex<HashMap<String, HashMap<String, Slot>>>,
+    /// Per key name, today's used-counter names and the day they are of:
+    /// a digest and eight strings a request need not make again.
+    named: Mutex<HashMap<String, (u64, Names)>>,
 }
+
+/// A key's four counter names with their expiries.
+type Names = Arc<[(String, u64); 4]>;
 
 impl std::fmt::Debug for Ledger {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -174,7 +180,22 @@ impl Ledger {
             currency: currency.unwrap_or("USD").to_string(),
             shared: AtomicBool::new(true),
             slots: Mutex::new(HashMap::new()),
+            named: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// `names(key, ...)` for the day of `now`, made once per key and day.
+    fn names_now(&self, key: &str, now: u64) -> Names {
+        let day = now / 86_400;
+        let Ok(mut named) = self.named.lock() else { return Arc::new(names(key, &Periods::at(now))) };
+        if let Some((d, n)) = named.get(key)
+            && *d == day
+        {
+            return n.clone();
+        }
+        let n: Names = Arc::new(names(key, &Periods::at(now)));
+        named.insert(key.to_string(), (day, n.clone()));
+        n
     }
 
     /// Counts a finished request that held no reservation (a key without
@@ -190,13 +211,21 @@ impl Ledger {
     fn apply(self: &Arc<Self>, key: &str, tokens: &Tokens, cost: u64, held: Option<Held<'_>>) {
         let now = period::now();
         let deltas = [tokens.total(), cost, tokens.total(), cost].map(|n| i64::try_from(n).unwrap_or(i64::MAX));
+        let current = self.names_now(key, now);
         if let Ok(mut all) = self.slots.lock() {
-            let slots = all.entry(key.to_string()).or_default();
+            if !all.contains_key(key) {
+                all.insert(key.to_string(), HashMap::new());
+            }
+            let Some(slots) = all.get_mut(key) else { return };
             slots.retain(|_, s| s.expires > now);
-            for ((name, expires), d) in names(key, &Periods::at(now)).into_iter().zip(deltas) {
+            for ((name, expires), d) in current.iter().zip(deltas) {
                 if d != 0 {
-                    let s = slots.entry(name).or_insert(Slot { expires, ..Slot::default() });
-                    s.pending = s.pending.saturating_add(d);
+                    match slots.get_mut(name.as_str()) {
+                        Some(s) => s.pending = s.pending.saturating_add(d),
+                        None => {
+                            slots.insert(name.clone(), Slot { expires: *expires, pending: d, ..Slot::default() });
+                        }
+                    }
                 }
             }
             for ((name, expires), d) in held.into_iter().flat_map(|(n, a)| n.iter().zip(a.iter())) {
@@ -353,12 +382,12 @@ impl Ledger {
     /// this process knows.
     pub async fn sync(&self, key: &str) -> Used {
         let now = period::now();
-        let current = names(key, &Periods::at(now));
+        let current = self.names_now(key, now);
         let mut batch: Vec<(String, i64, Duration)> = Vec::new();
         if let Ok(mut all) = self.slots.lock() {
             let slots = all.entry(key.to_string()).or_default();
             slots.retain(|_, s| s.expires > now);
-            for (name, expires) in &current {
+            for (name, expires) in current.iter() {
                 slots.entry(name.clone()).or_insert(Slot { expires: *expires, ..Slot::default() });
             }
             if !self.shared.load(Ordering::Relaxed) {
@@ -469,6 +498,19 @@ mod tests {
     use super::*;
     use crate::state::{MemoryStore, StateError};
     use futures_util::future::BoxFuture;
+
+    #[test]
+    fn a_keys_counter_names_are_made_once_a_day_and_follow_the_day() {
+        let l = Ledger::new(Arc::new(MemoryStore::new(100)), None);
+        let t = 1_764_892_800; // 2025-12-05T00:00:00Z
+        let a = l.names_now("k", t + 10);
+        assert!(Arc::ptr_eq(&a, &l.names_now("k", t + 86_399)), "the same day: the same names");
+        assert_eq!(*a, names("k", &Periods::at(t)));
+        let b = l.names_now("k", t + 86_400);
+        assert_eq!(*b, names("k", &Periods::at(t + 86_400)), "the next day: its own names");
+        assert_ne!(a[0].0, b[0].0);
+        assert_eq!(*l.names_now("other", t), names("other", &Periods::at(t)));
+    }
 
     /// Shared counters that can be "down" (what Redis does, in process).
     #[derive(Default)]
