@@ -70,16 +70,20 @@ impl Browser {
         if !self.loopback.load(Ordering::Relaxed) {
             return true;
         }
-        let host = match uri.authority() {
-            Some(a) => a.as_str().to_string(),
+        let raw = match uri.authority() {
+            Some(a) => a.as_str(),
             None => match h.get(header::HOST).map(|v| v.to_str()) {
-                Some(Ok(v)) => v.to_string(),
+                Some(Ok(v)) => v,
                 Some(Err(_)) => return false,
                 None => return true,
             },
         };
-        let host = host.trim().to_ascii_lowercase();
-        let name = strip_port(&host);
+        let raw = raw.trim();
+        // Every request passes here: no copy unless the name has capitals.
+        let host: std::borrow::Cow<str> =
+            if raw.bytes().any(|b| b.is_ascii_uppercase()) { raw.to_ascii_lowercase().into() } else { raw.into() };
+        let host = host.as_ref();
+        let name = strip_port(host);
         is_loopback_name(name) || self.hosts.iter().any(|a| *a == host || a == name)
     }
 
