@@ -2,7 +2,8 @@
 //! in by: routing and the fallback chain ([`route`]), request rewriting
 //! and the upstream call (`provider`), the reasoning round trip
 //! ([`reasoning`]), normalization of the answer (`stream`, in [`pipeline`]),
-//! and the agent loop with server-side tools and skills ([`agent`]). What
+//! and the agent loop with server-side tools and skills ([`agent`]);
+//! answers held to a JSON schema ([`structured`]). What
 //! comes out is normalized chat chunks (or the upstream's bytes where
 //! nothing needed changing) and trace entries: no HTTP type, no SSE; the
 //! fronts (`fronts/`) turn them into their wire format.
@@ -13,6 +14,7 @@ pub mod context;
 pub mod pipeline;
 pub mod reasoning;
 pub mod route;
+pub mod structured;
 
 use std::sync::Arc;
 use std::time::Duration;
