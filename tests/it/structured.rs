@@ -10,6 +10,8 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::clients::{Runner, run_script};
+
 use crate::common::*;
 use modelshim::config::{Config, ProviderConfig};
 use serde_json::{Value, json};
@@ -363,4 +365,32 @@ async fn the_messages_front_forced_tool_input_is_validated() {
     let (st, _, body) = post(strict).await;
     assert_eq!(st, 422, "{body}");
     assert_eq!(body["type"], "error");
+}
+// ---- real clients, pinned (tests/it/clients.rs) ----
+
+#[tokio::test(flavor = "multi_thread")]
+async fn openai_sdk_parse_and_streamed_create() {
+    let s = setup().await;
+    let checks = ["sdk_parse", "sdk_parse_nested", "sdk_stream", "sdk_never", "sdk_strict_tool"];
+    run_script(&s.proxy, Runner::Clients, "structured_client.py", &checks).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn langchain_and_pydantic_ai_structured() {
+    let s = setup().await;
+    run_script(&s.proxy, Runner::Clients, "structured_client.py", &["langchain", "pydantic_ai"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn instructor_structured() {
+    let s = setup().await;
+    run_script(&s.proxy, Runner::LlamaIndex, "structured_client.py", &["instructor"]).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn vercel_ai_generate_and_stream_object() {
+    let s = setup().await;
+    for major in [6, 7] {
+        run_script(&s.proxy, Runner::Node(major), "structured_ai.mjs", &["generate_object", "stream_object"]).await;
+    }
 }
