@@ -27,6 +27,10 @@ pub enum ApiError {
     /// turns) is over `max_body_bytes`.
     #[error("{0}")]
     TooLarge(String),
+    /// The model's answer never held to the schema the client asked for
+    /// (structured outputs, strict tools), re-asks included.
+    #[error("{0}")]
+    StructuredOutput(String),
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
 }
@@ -64,6 +68,12 @@ impl ApiError {
             ApiError::TooLarge(msg) => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 ErrorObject::new("invalid_request_error", msg.clone()).with_code("request_too_large"),
+            ),
+            // 422: the request was fine and the SDKs do not retry it (the
+            // re-asks were made already).
+            ApiError::StructuredOutput(msg) => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                ErrorObject::new("invalid_response_error", msg.clone()).with_code("structured_output_invalid"),
             ),
             ApiError::Upstream(e) => e.to_openai(),
         }

@@ -110,6 +110,11 @@ impl ChatRequest {
 /// removes it, so it never reaches a vendor as is.
 pub const CACHE_MARK: &str = "cache_control";
 
+/// A chat request's field naming a tool whose arguments modelshim validates
+/// though it is not `strict` (the Messages front's forced tool, Anthropic's
+/// way to ask for JSON); removed by the provider's rewrite.
+pub const VALIDATE_MARK: &str = "modelshim_validate_tool";
+
 /// One chat message. `content` may be a string, an array of parts, or null.
 #[derive(Debug, Clone, Serialize)]
 pub struct Message {

@@ -35,6 +35,19 @@ pub enum ToolMode {
     Auto,
 }
 
+/// Who holds a `json_schema` answer to its schema (docs/structured-outputs.md).
+#[derive(Debug, Clone, Copy, Deserialize, PartialEq, Eq, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum StructuredMode {
+    /// The vendor takes `response_format: json_schema`; the answer is still
+    /// validated when the schema says `strict: true`.
+    #[default]
+    Native,
+    /// The vendor cannot enforce a schema: `json_object` plus the schema in a
+    /// prompt, and modelshim extracts, validates and re-asks.
+    Emulate,
+}
+
 /// The config file as written.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -183,6 +196,13 @@ pub struct ProviderConfig {
     pub key_rest_secs: Option<f64>,
     #[serde(default)]
     pub tool_calls: Option<ToolMode>,
+    /// Overrides the profile's `[request] structured_outputs`.
+    #[serde(default)]
+    pub structured_outputs: Option<StructuredMode>,
+    /// Hidden re-asks of an answer that does not validate against its
+    /// schema (structured outputs, strict tools); default 1, at most 5.
+    #[serde(default)]
+    pub structured_retries: Option<u32>,
     /// Text tool-call formats for every model of this provider (overrides
     /// the profile's per-model formats).
     #[serde(default)]

@@ -1,7 +1,8 @@
 //! Every front's entry to the core: a parsed chat request to its normalized
 //! answer, through the agent loop when server-side tools or skills are
-//! active, else as one upstream answer. Both take the same way to the
-//! upstream ([`super::pipeline::begin`]).
+//! active, else as one upstream answer; held to its schema first when it
+//! asks for structured output ([`super::structured`]). All take the same
+//! way to the upstream ([`super::pipeline::begin`]).
 
 use std::sync::Arc;
 
@@ -21,6 +22,9 @@ pub async fn answer(
     ctx: &Arc<RequestCtx>,
     req: ChatRequest,
 ) -> Result<BoxStream<'static, Result<Chunk, UpstreamError>>, ApiError> {
+    if super::structured::wanted(&req) {
+        return super::structured::answer(s, ctx, req, looping(s)).await;
+    }
     match looping(s) {
         Some(tools) => {
             let routes = super::route::routes(s, &req)?;

@@ -32,6 +32,9 @@ pub struct RequestCtx {
     aside: std::sync::atomic::AtomicUsize,
     /// The console's record of the request, while one is kept.
     pub shown: Option<Arc<crate::recorder::Entry>>,
+    /// What the client should know though the answer went out (a
+    /// best-effort structured answer): `x-modelshim-warning` headers.
+    warnings: Mutex<Vec<String>>,
 }
 
 /// Side calls under way, for as long as it lives ([`RequestCtx::aside`]).
@@ -79,6 +82,7 @@ impl RequestCtx {
             answered: Default::default(),
             aside: Default::default(),
             shown,
+            warnings: Mutex::new(Vec::new()),
         }
     }
 
@@ -166,6 +170,20 @@ impl RequestCtx {
             e.fallback(from, to, &error.to_string());
         }
         tracing::warn!(from = %from, to = %to, error = %error, "falling back to the next provider");
+    }
+
+    /// A warning for the client, sent as a response header (so told before
+    /// the response starts).
+    pub fn warn(&self, warning: String) {
+        tracing::warn!(warning = %warning, "answered with a warning");
+        if let Ok(mut w) = self.warnings.lock() {
+            w.push(warning);
+        }
+    }
+
+    /// The warnings told so far.
+    pub fn warnings(&self) -> Vec<String> {
+        self.warnings.lock().map(|w| w.clone()).unwrap_or_default()
     }
 
     pub fn served(&self) -> Option<Served> {

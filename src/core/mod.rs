@@ -2,8 +2,9 @@
 //! in by: routing and the fallback chain ([`route`]), request rewriting
 //! and the upstream call (`provider`), the reasoning round trip
 //! ([`reasoning`]), normalization of the answer (`stream`, in [`pipeline`]),
-//! the agent loop with server-side tools and skills ([`agent`]), and images
-//! described for models that cannot see ([`vision`]). What
+//! the agent loop with server-side tools and skills ([`agent`]), images
+//! described for models that cannot see ([`vision`]), and answers held to
+//! a JSON schema ([`structured`]). What
 //! comes out is normalized chat chunks (or the upstream's bytes where
 //! nothing needed changing) and trace entries: no HTTP type, no SSE; the
 //! fronts (`fronts/`) turn them into their wire format.
@@ -14,6 +15,7 @@ pub mod context;
 pub mod pipeline;
 pub mod reasoning;
 pub mod route;
+pub mod structured;
 pub mod vision;
 
 use std::sync::Arc;

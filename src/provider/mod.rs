@@ -72,6 +72,9 @@ pub struct Provider {
     /// is named by its position).
     pub keys: keys::KeyPool,
     pub mode: ToolMode,
+    /// Hidden re-asks of an answer that does not hold to its schema
+    /// (`structured_retries`); the profile keeps the mode.
+    pub structured_retries: u32,
     pub models: Vec<String>,
     pub upstream: UpstreamConfig,
     /// Text formats by model glob, first match wins: as configured, and with
@@ -293,7 +296,10 @@ impl Providers {
                     "provider name {name:?} must be non-empty and contain no '/'"
                 )));
             }
-            let profile = profile_for(name, pc, profiles)?.clone();
+            let mut profile = profile_for(name, pc, profiles)?.clone();
+            if let Some(m) = pc.structured_outputs {
+                profile.request.structured_outputs = Some(m);
+            }
             let key_env = pc.api_key_env.clone().or_else(|| profile.api_key_env.clone());
             let mut api_keys: Vec<String> =
                 key_env.and_then(|v| std::env::var(v).ok()).filter(|k| !k.trim().is_empty()).into_iter().collect();
@@ -368,6 +374,7 @@ impl Providers {
                 base_url,
                 keys: keys::KeyPool::new(name, api_keys, std::time::Duration::from_secs_f64(rest.min(86_400.0))),
                 mode: pc.tool_calls.or(profile.tools.mode).unwrap_or_default(),
+                structured_retries: pc.structured_retries.unwrap_or(1).min(5),
                 models,
                 upstream: match &pc.upstream {
                     Some(over) => config

@@ -112,8 +112,12 @@ pub struct RequestQuirks {
     /// `name` on messages is removed.
     #[serde(default)]
     pub strip_message_name: bool,
-    /// `json_schema` response formats become `json_object` plus the schema
-    /// in the system prompt.
+    /// Whether the vendor enforces `response_format: json_schema` itself
+    /// (`native`) or modelshim does (`emulate`: `json_object` plus the schema
+    /// in the system prompt, the answer extracted, validated, re-asked).
+    #[serde(default)]
+    pub structured_outputs: Option<crate::config::StructuredMode>,
+    /// The older spelling of `structured_outputs = "emulate"`.
     #[serde(default)]
     pub json_schema_to_prompt: bool,
     /// Fields set on every request unless the client set them.
@@ -125,6 +129,18 @@ pub struct RequestQuirks {
     /// part (without `ttl`). Off: the markers are dropped.
     #[serde(default)]
     pub cache_control: bool,
+}
+
+impl RequestQuirks {
+    /// The structured-outputs mode this profile says (`json_schema_to_prompt`
+    /// is emulation).
+    pub fn structured(&self) -> crate::config::StructuredMode {
+        match self.structured_outputs {
+            Some(m) => m,
+            None if self.json_schema_to_prompt => crate::config::StructuredMode::Emulate,
+            None => crate::config::StructuredMode::Native,
+        }
+    }
 }
 
 /// How the vendor switches thinking on and off.
@@ -382,7 +398,10 @@ impl Profile {
             (r.merge_system, "merges system messages"),
             (r.flatten_text_parts, "flattens text content parts"),
             (r.strip_message_name, "strips message names"),
-            (r.json_schema_to_prompt, "json_schema downgraded to json_object + prompt"),
+            (
+                r.structured() == crate::config::StructuredMode::Emulate,
+                "json_schema emulated: json_object + prompt, answer validated",
+            ),
             (r.cache_control, "Anthropic cache_control markers carried on content parts"),
             (self.tools.strip_strict, "strips strict from tools"),
             (self.tools.tool_choice_auto_only, "tool_choice degraded to auto"),

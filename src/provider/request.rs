@@ -45,9 +45,11 @@ pub fn normalize(req: &mut ChatRequest, profile: &Profile, model: &str, prompt: 
             m.extra.remove("name");
         }
     }
-    if q.json_schema_to_prompt {
+    if q.structured() == crate::config::StructuredMode::Emulate {
         json_schema_to_prompt(req);
     }
+    // The Messages front's mark of a forced tool to validate: ours, not the vendor's.
+    req.extra.remove(crate::openai::VALIDATE_MARK);
     if q.merge_system {
         merge_system(&mut req.messages);
     }

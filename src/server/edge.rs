@@ -465,8 +465,13 @@ where
         _token: edge.tracker.token(),
     };
     crate::metrics::in_flight(1.0);
-    let resp = inner(req, Some(ctx)).await;
-    let (parts, body) = resp.into_parts();
+    let resp = inner(req, Some(ctx.clone())).await;
+    let (mut parts, body) = resp.into_parts();
+    for w in ctx.warnings() {
+        if let Ok(v) = HeaderValue::from_str(&header_text(&w)) {
+            parts.headers.append(WARNING_HEADER, v);
+        }
+    }
     if let Some(c) = &shown {
         c.status(parts.status.as_u16());
     }
@@ -483,6 +488,16 @@ where
         finished: false,
     };
     Response::from_parts(parts, Body::new(body))
+}
+
+/// The response header of a warning the core told the request's observer.
+pub const WARNING_HEADER: &str = "x-modelshim-warning";
+
+/// A warning as a header value: visible ASCII on one line, at most 300 bytes.
+fn header_text(w: &str) -> String {
+    let mut t: String = w.chars().map(|c| if c.is_ascii_graphic() || c == ' ' { c } else { '?' }).collect();
+    t.truncate(300);
+    t
 }
 
 fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {

@@ -43,6 +43,14 @@ fn types(schema: &Value) -> Vec<String> {
     if out.is_empty() && schema.get("enum").is_some() {
         out.push("enum".into());
     }
+    // Null allowed in OpenAPI's spelling, by an enum or const, or as the default.
+    let nullable = schema.get("nullable") == Some(&Value::Bool(true))
+        || schema.get("enum").and_then(Value::as_array).is_some_and(|e| e.contains(&Value::Null))
+        || schema.get("const").is_some_and(Value::is_null)
+        || schema.get("default").is_some_and(Value::is_null);
+    if nullable {
+        out.push("null".into());
+    }
     out
 }
 
@@ -55,8 +63,18 @@ pub fn coerce(raw: &str, schema: Option<&Value>) -> Value {
     };
     let ts = types(schema);
     let t = raw.trim();
-    if ts.iter().any(|t| t == "null") && (t == "null" || t == "None") {
+    let is_null = t == "null" || t == "None";
+    if ts.iter().any(|t| t == "null") && is_null {
         return Value::Null;
+    }
+    // An enum's own value when the text is one (`10` for `[10, 20]`).
+    if let Some(v) = schema.get("enum").and_then(Value::as_array).and_then(|e| {
+        e.iter().find(|v| match v {
+            Value::String(s) => s == raw,
+            other => serde_json::from_str::<Value>(t).is_ok_and(|p| p == **other),
+        })
+    }) {
+        return v.clone();
     }
     for ty in &ts {
         let v = match ty.as_str() {
@@ -82,6 +100,10 @@ pub fn coerce(raw: &str, schema: Option<&Value>) -> Value {
         if let Some(v) = v {
             return v;
         }
+    }
+    if is_null && !ts.iter().any(|t| matches!(t.as_str(), "string" | "str" | "text" | "varchar" | "char" | "enum")) {
+        // The schema says no string: the model's null is not the word "null".
+        return Value::Null;
     }
     if ts.is_empty() {
         // A schema with no type: JSON (or its Python spelling) if it is
@@ -193,5 +215,46 @@ mod tests {
         assert_eq!(coerce(r#""plain""#, Some(&object)), json!("plain"));
         // A string parameter keeps the text as written.
         assert_eq!(coerce(r#"[{\"id\": 1}]"#, Some(&json!({"type": "string"}))), json!(r#"[{\"id\": 1}]"#));
+    }
+}
+
+#[cfg(test)]
+mod null_tests {
+    use super::*;
+    use serde_json::json;
+
+    // MiniMax-M2 writes `<parameter name="limit">null</parameter>` for a
+    // nullable integer (issue 45): JSON null, never the string "null".
+    #[test]
+    fn null_for_a_nullable_parameter_is_json_null() {
+        for schema in [
+            json!({"type": ["integer", "null"]}),
+            json!({"anyOf": [{"type": "integer"}, {"type": "null"}]}),
+            json!({"type": "integer", "nullable": true}),
+            json!({"enum": [10, 20, null]}),
+            json!({"type": "integer", "default": null}),
+            json!({"anyOf": [{"$ref": "#/$defs/Limit"}, {"type": "null"}]}),
+        ] {
+            assert_eq!(coerce("null", Some(&schema)), json!(null), "{schema}");
+            assert_eq!(coerce(" None ", Some(&schema)), json!(null), "{schema}");
+        }
+        // A string parameter keeps the word; an enum's values keep their type.
+        assert_eq!(coerce("null", Some(&json!({"type": "string"}))), json!("null"));
+        assert_eq!(coerce("null", Some(&json!({"type": "integer"}))), json!(null));
+        assert_eq!(coerce("20", Some(&json!({"enum": [10, 20, null]}))), json!(20));
+        assert_eq!(coerce("dev", Some(&json!({"enum": ["dev", "ops"]}))), json!("dev"));
+    }
+
+    #[test]
+    fn a_recovered_minimax_call_types_null_by_the_schema() {
+        let tools = crate::toolcall::ToolIndex::from_openai(&[json!({"type": "function", "function": {
+            "name": "search", "parameters": {"type": "object", "properties": {
+                "q": {"type": "string"}, "limit": {"type": ["integer", "null"]},
+                "page": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": null}}}}})]);
+        let text = "<minimax:tool_call>\n<invoke name=\"search\">\n<parameter name=\"q\">rust</parameter>\n<parameter name=\"limit\">null</parameter>\n<parameter name=\"page\">null</parameter>\n</invoke>\n</minimax:tool_call>";
+        let set = std::sync::Arc::new(crate::toolcall::FormatSet::all());
+        let got = crate::toolcall::extract(text, &set, &std::sync::Arc::new(tools));
+        let args: serde_json::Value = serde_json::from_str(&got.calls[0].arguments).unwrap_or_default();
+        assert_eq!(args, json!({"q": "rust", "limit": null, "page": null}));
     }
 }

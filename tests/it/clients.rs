@@ -355,6 +355,16 @@ fn script(name: &str) -> PathBuf {
 async fn run_checks(runner: Runner, file: &str, checks: &[&str]) {
     let (_upstream, p) = start().await;
     let demo = if checks.iter().any(|c| c.starts_with("demo")) { Some(start_demo().await) } else { None };
+    run_with(&p, demo.as_ref(), runner, file, checks).await;
+}
+
+/// Runs the named checks of a client script against `p` (tests/it/structured.rs
+/// runs its own upstream).
+pub async fn run_script(p: &Proxy, runner: Runner, file: &str, checks: &[&str]) {
+    run_with(p, None, runner, file, checks).await;
+}
+
+async fn run_with(p: &Proxy, demo: Option<&Proxy>, runner: Runner, file: &str, checks: &[&str]) {
     let mut cmd = match runner {
         Runner::Clients => Command::new(tokio::task::spawn_blocking(clients_env).await.unwrap()),
         Runner::LlamaIndex => Command::new(tokio::task::spawn_blocking(llamaindex_env).await.unwrap()),
@@ -375,7 +385,7 @@ async fn run_checks(runner: Runner, file: &str, checks: &[&str]) {
         _ => script(file),
     };
     cmd.arg(path).args(checks).env("MODELSHIM_BASE_URL", p.url("/v1"));
-    if let Some(d) = &demo {
+    if let Some(d) = demo {
         cmd.env("MODELSHIM_DEMO_URL", d.url("/v1"));
     }
     // No telemetry, no network look-ups of model prices.
@@ -388,7 +398,7 @@ async fn run_checks(runner: Runner, file: &str, checks: &[&str]) {
 }
 
 #[derive(Clone, Copy)]
-enum Runner {
+pub enum Runner {
     Clients,
     LlamaIndex,
     Node(u32),

@@ -34,6 +34,7 @@ mod sdk;
 mod skills;
 mod spend;
 mod stream_split;
+mod structured;
 mod tidy;
 mod toolcall_conformance;
 mod tools;

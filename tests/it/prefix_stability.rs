@@ -105,14 +105,17 @@ fn then(turn1: &Value, assistant: Value, user: &str) -> Value {
 
 #[tokio::test]
 async fn the_json_schema_prompt_is_byte_stable() {
-    let s = setup("[request]\njson_schema_to_prompt = true\n", "", |_| say("{\"city\": \"Paris\"}")).await;
+    // An answer that validates: one that did not would be re-asked (docs/structured-outputs.md).
+    let s =
+        setup("[request]\njson_schema_to_prompt = true\n", "", |_| say("{\"city\": \"Paris\", \"temp\": 22}")).await;
     let schema = json!({"type": "object", "properties": {"city": {"type": "string"}, "temp": {"type": "number"}},
                         "required": ["city", "temp"]});
     let turn1 = json!({"model": "v/m", "messages": [
         {"role": "system", "content": "You answer in JSON."},
         {"role": "user", "content": "Weather in Paris?"}],
         "response_format": {"type": "json_schema", "json_schema": {"name": "weather", "schema": schema}}});
-    let turn2 = then(&turn1, json!({"role": "assistant", "content": "{\"city\": \"Paris\"}"}), "And Rome?");
+    let turn2 =
+        then(&turn1, json!({"role": "assistant", "content": "{\"city\": \"Paris\", \"temp\": 22}"}), "And Rome?");
     assert_stable(&s, &turn1, &turn2, "json_schema prompt").await;
     let sent = String::from_utf8(s.bodies.lock().unwrap()[0].clone()).unwrap();
     assert!(sent.contains("temp") && sent.contains("json_object"), "the schema went into the prompt: {sent}");

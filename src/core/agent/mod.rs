@@ -658,7 +658,7 @@ fn tool_messages(outcomes: &[CallOutcome], vision: bool) -> (Vec<Message>, Optio
 }
 
 /// Adds usage objects field by field (nested details too).
-fn add_usage(total: &mut Option<Value>, u: Value) {
+pub fn add_usage(total: &mut Option<Value>, u: Value) {
     if u.is_null() {
         return;
     }

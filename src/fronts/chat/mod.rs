@@ -32,6 +32,19 @@ pub async fn completions(
     body: Bytes,
 ) -> Result<Response, ApiError> {
     let req = parse(&body)?;
+    if core::structured::wanted(&req) {
+        // Held to its schema (core/structured.rs); no tool trace on this path.
+        let client_stream = req.is_stream();
+        let mut chunks = core::answer(&s, &ctx, req).await?;
+        if client_stream {
+            return Ok(sse(chunks));
+        }
+        let mut all = Vec::new();
+        while let Some(c) = chunks.next().await {
+            all.push(c?);
+        }
+        return Ok(Json(assemble(all)).into_response());
+    }
     if let Some(tools) = core::looping(&s) {
         let routes = core::route::routes(&s, &req)?;
         return trace::run(s.clone(), ctx, tools, routes, req, &headers).await;

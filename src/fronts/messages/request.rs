@@ -9,7 +9,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::error::ApiError;
-use crate::openai::{CACHE_MARK, ChatRequest, Message};
+use crate::openai::{CACHE_MARK, ChatRequest, Message, VALIDATE_MARK};
 
 /// A checked `POST /v1/messages` body and its chat translation.
 #[derive(Debug, Clone)]
@@ -58,6 +58,13 @@ pub fn parse(body: &[u8], server_tool: &dyn Fn(&str) -> Option<String>) -> Resul
     let parallel_off = b.get("tool_choice").and_then(|t| t.get("disable_parallel_tool_use")) == Some(&json!(true));
     if let Some(tc) = b.get("tool_choice").filter(|v| !v.is_null()) {
         extra.insert("tool_choice".into(), tool_choice(tc)?);
+        // A forced tool is how Anthropic clients ask for JSON: its input is
+        // validated against its schema (core/structured.rs), strict or not.
+        if tc.get("type").and_then(Value::as_str) == Some("tool")
+            && let Some(name) = tc.get("name").filter(|n| n.is_string())
+        {
+            extra.insert(VALIDATE_MARK.into(), name.clone());
+        }
     }
     if parallel_off {
         extra.insert("parallel_tool_calls".into(), json!(false));
@@ -161,6 +168,9 @@ fn tools(v: Option<&Value>, server_tool: &dyn Fn(&str) -> Option<String>) -> Res
             }
             let schema = t.get("input_schema").cloned().unwrap_or_else(|| json!({"type": "object", "properties": {}}));
             f.insert("parameters".into(), schema);
+            if t.get("strict") == Some(&json!(true)) {
+                f.insert("strict".into(), json!(true));
+            }
             out.push(json!({"type": "function", "function": f}));
             continue;
         }
