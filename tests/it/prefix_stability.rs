@@ -1,6 +1,7 @@
 //! Vendors' prompt caches hit only on a byte-identical prefix. What the
 //! proxy injects into a request — the skills catalog, prompt-mode tool
-//! prompts, the json_schema prompt — must therefore be byte-stable across
+//! prompts, the json_schema prompt and its re-asks, image descriptions —
+//! must therefore be byte-stable across
 //! identical requests, and turn N+1's upstream request must start with
 //! turn N's messages exactly. One test per injection, on the bytes the
 //! upstream receives.
@@ -284,4 +285,47 @@ async fn usage_and_console_show_the_cache_hit_share_per_key_and_model() {
     let row = &console["cache"][0];
     assert_eq!((row["key"].as_str(), row["hit_share"].as_f64()), (Some("team-cache"), Some(0.8)), "{console}");
     assert!(!console.to_string().contains("sk-k47-cache-7Yh2"));
+}
+
+#[tokio::test]
+async fn a_structured_re_ask_is_byte_stable_and_extends_the_request() {
+    // Invalid first (a string for a number), valid once told why.
+    let s = setup("[request]\njson_schema_to_prompt = true\n", "", |body| {
+        let last = body["messages"].as_array().unwrap().last().unwrap()["content"].to_string();
+        if last.contains("did not validate") {
+            say("{\"city\": \"Paris\", \"temp\": 22}")
+        } else {
+            say("{\"city\": \"Paris\", \"temp\": \"warm\"}")
+        }
+    })
+    .await;
+    let schema = json!({"type": "object", "properties": {"city": {"type": "string"}, "temp": {"type": "number"}},
+                        "required": ["city", "temp"]});
+    let req = json!({"model": "v/m", "messages": [{"role": "user", "content": "Weather in Paris?"}],
+        "response_format": {"type": "json_schema", "json_schema": {"name": "weather", "schema": schema}}});
+    let a = s.send(&req).await;
+    let b = s.send(&req).await;
+    assert_eq!(a.len(), 2, "asked, then asked again");
+    assert_eq!(a, b, "identical requests, identical bytes upstream, the re-ask too");
+    let (first, again) = (messages(&a[0]), messages(&a[1]));
+    assert_eq!(&again[..first.len()], &first[..], "the re-ask starts with the request as first sent");
+    assert_eq!(rest(&a[1]), rest(&a[0]), "the rest of the request is unchanged");
+}
+
+#[tokio::test]
+async fn an_image_description_is_the_same_on_every_turn() {
+    use crate::vision::{PNG, ask_about, data_url, log};
+    let s = crate::vision::setup(true, |_| say("It says: file not found."), |_| {}).await;
+    let turn1 = ask_about(&data_url(PNG));
+    let turn2 = then(&turn1, json!({"role": "assistant", "content": "It says: file not found."}), "How do I fix it?");
+    for t in [&turn1, &turn1, &turn2] {
+        let (st, v) = s.proxy.chat(t.clone()).await;
+        assert_eq!(st, 200, "{v}");
+    }
+    let sent: Vec<Vec<String>> =
+        log(&s.text).iter().map(|b| b["messages"].as_array().unwrap().iter().map(Value::to_string).collect()).collect();
+    assert_eq!(sent.len(), 3, "{sent:?}");
+    assert_eq!(sent[0], sent[1], "the same request, the same description, the same bytes");
+    assert_eq!(&sent[2][..sent[0].len()], &sent[0][..], "turn 2 starts with turn 1's messages as sent");
+    assert_eq!(log(&s.seeing).len(), 1, "described once");
 }
