@@ -1,9 +1,8 @@
 //! Vendors' prompt caches hit only on a byte-identical prefix. What the
 //! proxy injects into a request — the skills catalog, prompt-mode tool
 //! prompts, the json_schema prompt and its re-asks, image descriptions —
-//! must therefore be byte-stable across
-//! identical requests, and turn N+1's upstream request must start with
-//! turn N's messages exactly. One test per injection, on the bytes the
+//! must therefore be byte-stable across identical requests, and turn N+1's
+//! upstream request must start with turn N's messages exactly. One test per injection, on the bytes the
 //! upstream receives.
 
 use crate::common;
