@@ -1,39 +1,41 @@
 //! Direct requests: chat requests to a cleartext upstream that no proxy
 //! setting intercepts (see [`direct_uri`]), sent over HTTP/1.1 connections
-//! this module keeps idle per thread, with hyper's connection API.
+//! this module keeps idle per thread, and spoken here.
 //!
-//! Why not hyper-util's pooled client (reqwest's engine): per request it
-//! locks a pool shared by every thread and finds the host in it by a SipHash
-//! of the authority, rewrites the absolute URI into origin form, stores the
-//! connection's details in the response's extensions, and spawns a task that
-//! waits for the connection to be free again to put it back. Here a thread's
-//! idle connections are a short list per authority, the request line is the
-//! path the provider parsed once, and the answer's body puts its connection
-//! back, on the thread that reads it, once read to the end or dropped.
+//! Why not hyper's client connection: it runs in a task of its own that
+//! hands every read to the request's task through a channel (two wake-ups
+//! per read), and holds per connection a request channel (9 KB) and two
+//! 8 KB buffers, most of what an open stream cost (`bench/heap.py`). Here
+//! the request is one write, and the answer's body reads the socket itself,
+//! on the request's task, into one buffer per connection that starts at
+//! [`READ_SIZE`]. Why not hyper-util's pooled client (reqwest's engine)
+//! either: per request it locks a pool shared by every thread and finds the
+//! host in it by a SipHash of the authority. Here a thread's idle
+//! connections are a short list per authority, the request line is the path
+//! the provider parsed once, and the answer's body puts its connection back
+//! once read to the end or dropped with its end in hand.
 //!
 //! Connections are opened with hyper-util's `HttpConnector` (DNS, happy
-//! eyeballs, connect timeout, `TCP_NODELAY`, TCP keepalive), driven by a
-//! task on the runtime that opened them, and closed after [`IDLE_LIMIT`]
-//! unused, as hyper-util's pool does. At most [`MAX_IDLE`] per authority and
-//! thread are kept: after a burst of streams the rest close at once instead
-//! of holding their buffers here, and a socket and a worker at the upstream,
-//! for the idle limit (nginx's `keepalive N` does the same; hyper-util keeps
-//! any number).
+//! eyeballs, connect timeout, `TCP_NODELAY`, TCP keepalive). An idle
+//! connection is looked at when it is taken: one the upstream closed, or
+//! idle for [`IDLE_LIMIT`], is let go; a request a reused connection got no
+//! answer byte for (the upstream closed it meanwhile) is sent again on the
+//! next. At most [`MAX_IDLE`] per authority and thread are kept: after a
+//! burst of streams the rest close at once instead of holding their buffers
+//! here, and a socket and a worker at the upstream (nginx's `keepalive N`
+//! does the same).
 
 use std::cell::RefCell;
+use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
-use bytes::Bytes;
-use http::HeaderValue;
+use bytes::{Buf, Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, Version};
 use http_body::{Frame, SizeHint};
-use http_body_util::Full;
-use hyper::client::conn::http1::SendRequest;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 use tokio::time::Instant;
 use tower_service::Service;
 
@@ -44,6 +46,21 @@ pub const IDLE_LIMIT: Duration = Duration::from_secs(90);
 pub const MAX_IDLE: usize = 64;
 /// Idle time before the first TCP keepalive probe, and between probes.
 const TCP_KEEPALIVE: Duration = Duration::from_secs(15);
+/// A connection's read buffer: what one read may take (more while a body
+/// of known length is larger), and what an open stream holds.
+const READ_SIZE: usize = 4096;
+/// What one read may take while a body of known length is larger.
+const READ_MAX: usize = 64 * 1024;
+/// The longest response head (status line and headers), and the most
+/// headers in it.
+const MAX_HEAD: usize = 64 * 1024;
+const MAX_HEADERS: usize = 128;
+/// The longest chunk-size or trailer line.
+const MAX_LINE: usize = 4096;
+/// What dropping an unfinished body reads, at most, to find its end.
+const MAX_DRAIN: usize = 64 * 1024;
+/// A request body up to this size goes in one write with its head.
+const ONE_WRITE: usize = 64 * 1024;
 
 /// An upstream URL that requests may send directly (see [`direct_uri`]):
 /// where to connect, the request target and the `Host` header, made once.
@@ -53,8 +70,8 @@ pub struct DirectUrl {
     connect: http::Uri,
     /// The request target in origin form (`/v1/chat/completions`).
     pub target: http::Uri,
-    /// `Host`, as hyper's client writes it: the port only when not 80. Also
-    /// the key of the idle connections that fit this URL.
+    /// `Host`: the port only when not 80. Also the key of the idle
+    /// connections that fit this URL.
     pub host: HeaderValue,
 }
 
@@ -86,7 +103,7 @@ pub struct Connector {
 #[derive(Debug)]
 pub enum Failed {
     Connect(Box<dyn std::error::Error + Send + Sync>),
-    Send(hyper::Error),
+    Send(io::Error),
 }
 
 impl Connector {
@@ -103,30 +120,30 @@ impl Connector {
     }
 
     /// Sends `req` (its URI the target, its headers with `Host`) on an idle
-    /// connection of this thread to `url`, else on a new one. A request an
-    /// idle connection could not take (the upstream had closed it) is sent
-    /// again on the next, as it never left.
-    pub async fn send(
-        &self,
-        url: &DirectUrl,
-        mut req: http::Request<Full<Bytes>>,
-    ) -> Result<http::Response<Body>, Failed> {
+    /// connection of this thread to `url`, else on a new one, and reads the
+    /// answer's head. A request a reused connection got no answer byte for
+    /// (the upstream had closed it) is sent again on the next.
+    pub async fn send(&self, url: &DirectUrl, req: http::Request<Bytes>) -> Result<http::Response<Body>, Failed> {
+        let (parts, body) = req.into_parts();
+        let head = request_head(&parts.method, &url.target, &parts.headers, &body);
+        let bodiless = parts.method == http::Method::HEAD;
         loop {
             let (mut conn, reused) = match take_idle(&url.host) {
                 Some(conn) => (conn, true),
                 None => (self.open(url).await?, false),
             };
-            conn.busy();
-            match conn.sender.try_send_request(req).await {
-                Ok(resp) => {
-                    let (head, body) = resp.into_parts();
-                    let body = Body { inner: body, conn: Some(conn), host: url.host.clone() };
-                    return Ok(http::Response::from_parts(head, body));
+            match conn.exchange(&head, &body).await {
+                Ok(h) => {
+                    let (kind, reuse) = framing(&h, bodiless).map_err(Failed::Send)?;
+                    let body = Body { conn: Some(conn), host: url.host.clone(), kind, reuse, eof: false };
+                    let mut resp = http::Response::new(body);
+                    *resp.status_mut() = h.status;
+                    *resp.version_mut() = h.version;
+                    *resp.headers_mut() = h.headers;
+                    return Ok(resp);
                 }
-                Err(mut e) => match e.take_message() {
-                    Some(unsent) if reused => req = unsent,
-                    _ => return Err(Failed::Send(e.into_error())),
-                },
+                Err(Exchange { unanswered: true, .. }) if reused => {}
+                Err(e) => return Err(Failed::Send(e.error)),
             }
         }
     }
@@ -134,79 +151,288 @@ impl Connector {
     async fn open(&self, url: &DirectUrl) -> Result<Conn, Failed> {
         let mut http = self.http.clone();
         let io = http.call(url.connect.clone()).await.map_err(|e| Failed::Connect(e.into()))?;
-        let (sender, connection) =
-            hyper::client::conn::http1::handshake::<_, Full<Bytes>>(io).await.map_err(Failed::Send)?;
-        let idle_since = Arc::new(AtomicU64::new(BUSY));
-        tokio::spawn(Drive::new(connection, idle_since.clone()));
-        Ok(Conn { sender, idle_since })
+        Ok(Conn { io: io.into_inner(), buf: BytesMut::new(), idle_since: Instant::now() })
     }
 }
 
-/// `idle_since` of a connection in use.
-const BUSY: u64 = u64::MAX;
-
-/// Milliseconds since this process's first use of the clock: a connection's
-/// idle time in one atomic. Tokio's clock, the one the idle check's timer
-/// runs on.
-fn now_ms() -> u64 {
-    static START: std::sync::LazyLock<Instant> = std::sync::LazyLock::new(Instant::now);
-    START.elapsed().as_millis() as u64
-}
-
-/// The task of one connection: runs it until it closes, or until it has
-/// been idle for [`IDLE_LIMIT`] (checked every tenth of it: one timer per
-/// connection, never moved by requests). A plain struct rather than an
-/// `async fn`, whose state would hold the connection twice (the argument and
-/// its pinned copy) in every open stream's task.
-struct Drive {
-    connection: hyper::client::conn::http1::Connection<TokioIo<tokio::net::TcpStream>, Full<Bytes>>,
-    tick: tokio::time::Interval,
-    idle_since: Arc<AtomicU64>,
-}
-
-impl Drive {
-    fn new(
-        connection: hyper::client::conn::http1::Connection<TokioIo<tokio::net::TcpStream>, Full<Bytes>>,
-        idle_since: Arc<AtomicU64>,
-    ) -> Self {
-        let mut tick = tokio::time::interval(IDLE_LIMIT / 10);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        Drive { connection, tick, idle_since }
+/// The request line and headers, with the body's length.
+fn request_head(method: &http::Method, target: &http::Uri, headers: &HeaderMap, body: &[u8]) -> Vec<u8> {
+    let mut h = Vec::with_capacity(256);
+    h.extend_from_slice(method.as_str().as_bytes());
+    h.push(b' ');
+    h.extend_from_slice(target.path_and_query().map_or("/", |p| p.as_str()).as_bytes());
+    h.extend_from_slice(b" HTTP/1.1\r\n");
+    for (k, v) in headers {
+        h.extend_from_slice(k.as_str().as_bytes());
+        h.extend_from_slice(b": ");
+        h.extend_from_slice(v.as_bytes());
+        h.extend_from_slice(b"\r\n");
     }
+    if !body.is_empty() || !matches!(*method, http::Method::GET | http::Method::HEAD) {
+        h.extend_from_slice(b"content-length: ");
+        h.extend_from_slice(body.len().to_string().as_bytes());
+        h.extend_from_slice(b"\r\n");
+    }
+    h.extend_from_slice(b"\r\n");
+    h
 }
 
-impl std::future::Future for Drive {
-    type Output = ();
+/// An answer's status line and headers.
+struct Head {
+    status: StatusCode,
+    version: Version,
+    headers: HeaderMap,
+}
 
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let this = &mut *self;
-        if let Poll::Ready(r) = Pin::new(&mut this.connection).poll(cx) {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "upstream connection closed");
-            }
-            return Poll::Ready(());
+/// A failed exchange, and whether no byte of an answer came.
+struct Exchange {
+    error: io::Error,
+    unanswered: bool,
+}
+
+fn invalid(what: impl std::fmt::Display) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("the upstream's answer is not HTTP/1.1: {what}"))
+}
+
+fn truncated() -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, "the upstream closed the connection before the answer's end")
+}
+
+/// The answer's head from the front of `buf`, once it is all there (1xx
+/// answers skipped).
+fn parse_head(buf: &mut BytesMut) -> io::Result<Option<Head>> {
+    loop {
+        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut r = httparse::Response::new(&mut headers);
+        let n = match r.parse(buf).map_err(invalid)? {
+            httparse::Status::Partial => return Ok(None),
+            httparse::Status::Complete(n) => n,
+        };
+        let status = StatusCode::from_u16(r.code.unwrap_or(0)).map_err(invalid)?;
+        let version = if r.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
+        let mut map = HeaderMap::with_capacity(r.headers.len());
+        for h in r.headers.iter() {
+            let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(invalid)?;
+            map.append(name, HeaderValue::from_bytes(h.value).map_err(invalid)?);
         }
-        let limit = IDLE_LIMIT.as_millis() as u64;
-        while this.tick.poll_tick(cx).is_ready() {
-            let since = this.idle_since.load(Ordering::Relaxed);
-            if since != BUSY && now_ms().saturating_sub(since) >= limit {
-                // Dropping the connection closes it.
-                return Poll::Ready(());
-            }
+        buf.advance(n);
+        if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
+            continue;
         }
-        Poll::Pending
+        return Ok(Some(Head { status, version, headers: map }));
     }
 }
 
-/// A connection with its idle clock.
+/// How the body of `h` ends, and whether its connection may serve another
+/// request after it.
+fn framing(h: &Head, bodiless: bool) -> io::Result<(Kind, bool)> {
+    let token = |name: http::header::HeaderName, t: &str| {
+        h.headers
+            .get_all(name)
+            .iter()
+            .any(|v| v.to_str().is_ok_and(|v| v.split(',').any(|x| x.trim().eq_ignore_ascii_case(t))))
+    };
+    let mut reuse = h.version == Version::HTTP_11 && !token(http::header::CONNECTION, "close");
+    let kind = if bodiless || h.status == StatusCode::NO_CONTENT || h.status == StatusCode::NOT_MODIFIED {
+        Kind::Length(0)
+    } else if let Some(te) = h.headers.get_all(http::header::TRANSFER_ENCODING).iter().next_back() {
+        let last = te.to_str().ok().and_then(|v| v.rsplit(',').next()).map(str::trim);
+        if last.is_some_and(|t| t.eq_ignore_ascii_case("chunked")) {
+            Kind::Chunked(Chunk::Size)
+        } else {
+            Kind::UntilClose
+        }
+    } else {
+        let mut lengths = h.headers.get_all(http::header::CONTENT_LENGTH).iter();
+        match lengths.next() {
+            None => Kind::UntilClose,
+            Some(v) => {
+                let n = v
+                    .to_str()
+                    .ok()
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .ok_or_else(|| invalid("content-length"))?;
+                if lengths.any(|w| w != v) {
+                    return Err(invalid("content-length given twice, differently"));
+                }
+                Kind::Length(n)
+            }
+        }
+    };
+    if matches!(kind, Kind::UntilClose) {
+        reuse = false;
+    }
+    Ok((kind, reuse))
+}
+
+/// How far through its body an answer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// This many bytes left.
+    Length(u64),
+    Chunked(Chunk),
+    /// Until the upstream closes the connection.
+    UntilClose,
+    Done,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Chunk {
+    Size,
+    /// This many bytes left of the chunk.
+    Data(u64),
+    /// The CRLF after a chunk's data.
+    DataEnd,
+    Trailers,
+}
+
+/// What the buffered bytes give.
+#[derive(Debug, PartialEq, Eq)]
+enum Step {
+    Data(Bytes),
+    /// More bytes are needed.
+    More,
+    End,
+}
+
+/// The next piece of the body out of `buf` (`eof`: nothing more will come).
+fn decode(kind: &mut Kind, buf: &mut BytesMut, eof: bool) -> io::Result<Step> {
+    // More bytes needed: an error when none will come.
+    let more = || if eof { Err(truncated()) } else { Ok(Step::More) };
+    loop {
+        match *kind {
+            Kind::Done => return Ok(Step::End),
+            Kind::Length(0) => {
+                *kind = Kind::Done;
+                return Ok(Step::End);
+            }
+            Kind::Length(n) => {
+                if buf.is_empty() {
+                    return more();
+                }
+                let take = (buf.len() as u64).min(n);
+                *kind = Kind::Length(n - take);
+                return Ok(Step::Data(buf.split_to(take as usize).freeze()));
+            }
+            Kind::UntilClose => {
+                if !buf.is_empty() {
+                    return Ok(Step::Data(buf.split().freeze()));
+                }
+                if eof {
+                    *kind = Kind::Done;
+                    return Ok(Step::End);
+                }
+                return Ok(Step::More);
+            }
+            Kind::Chunked(Chunk::Size) => {
+                let Some(end) = memchr::memmem::find(buf, b"\r\n") else {
+                    return if buf.len() > MAX_LINE { Err(invalid("a chunk-size line too long")) } else { more() };
+                };
+                let line = &buf[..end];
+                let hex = line.split(|b| *b == b';').next().unwrap_or_default().trim_ascii();
+                let size = std::str::from_utf8(hex)
+                    .ok()
+                    .filter(|h| !h.is_empty() && h.len() <= 16)
+                    .and_then(|h| u64::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| invalid("a chunk size"))?;
+                buf.advance(end + 2);
+                *kind = Kind::Chunked(if size == 0 { Chunk::Trailers } else { Chunk::Data(size) });
+            }
+            Kind::Chunked(Chunk::Data(n)) => {
+                if buf.is_empty() {
+                    return more();
+                }
+                let take = (buf.len() as u64).min(n);
+                *kind = Kind::Chunked(if take == n { Chunk::DataEnd } else { Chunk::Data(n - take) });
+                return Ok(Step::Data(buf.split_to(take as usize).freeze()));
+            }
+            Kind::Chunked(Chunk::DataEnd) => {
+                if buf.len() < 2 {
+                    return more();
+                }
+                if &buf[..2] != b"\r\n" {
+                    return Err(invalid("a chunk without its CRLF"));
+                }
+                buf.advance(2);
+                *kind = Kind::Chunked(Chunk::Size);
+            }
+            Kind::Chunked(Chunk::Trailers) => match memchr::memmem::find(buf, b"\r\n") {
+                Some(0) => {
+                    buf.advance(2);
+                    *kind = Kind::Done;
+                    return Ok(Step::End);
+                }
+                // A trailer: not passed on.
+                Some(end) => buf.advance(end + 2),
+                None if buf.len() > MAX_LINE => return Err(invalid("a trailer line too long")),
+                None => return more(),
+            },
+        }
+    }
+}
+
+/// Reads what the socket has into `buf`, with room for at least `want`
+/// more bytes (0: the upstream closed the connection).
+fn poll_read(io: &TcpStream, buf: &mut BytesMut, want: usize, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+    if buf.capacity() - buf.len() < want.min(READ_SIZE) / 4 + 1 {
+        // Reclaims the buffer in place once the pieces given out are dropped.
+        buf.reserve(want);
+    }
+    loop {
+        ready!(io.poll_read_ready(cx))?;
+        match io.try_read_buf(buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            r => return Poll::Ready(r),
+        }
+    }
+}
+
+/// A connection and what was read on it beyond the last answer (nothing,
+/// for an idle one).
 struct Conn {
-    sender: SendRequest<Full<Bytes>>,
-    idle_since: Arc<AtomicU64>,
+    io: TcpStream,
+    buf: BytesMut,
+    idle_since: Instant,
 }
 
 impl Conn {
-    fn busy(&self) {
-        self.idle_since.store(BUSY, Ordering::Relaxed);
+    /// Writes the request and reads the answer's head.
+    async fn exchange(&mut self, head: &[u8], body: &[u8]) -> Result<Head, Exchange> {
+        use tokio::io::AsyncWriteExt;
+        let unanswered = |error| Exchange { error, unanswered: true };
+        if body.len() <= ONE_WRITE {
+            let mut all = Vec::with_capacity(head.len() + body.len());
+            all.extend_from_slice(head);
+            all.extend_from_slice(body);
+            self.io.write_all(&all).await.map_err(unanswered)?;
+        } else {
+            self.io.write_all(head).await.map_err(unanswered)?;
+            self.io.write_all(body).await.map_err(unanswered)?;
+        }
+        loop {
+            let answered = !self.buf.is_empty();
+            let fail = |error| Exchange { error, unanswered: !answered };
+            if let Some(h) = parse_head(&mut self.buf).map_err(fail)? {
+                return Ok(h);
+            }
+            if self.buf.len() >= MAX_HEAD {
+                return Err(fail(invalid("a head longer than 64 KiB")));
+            }
+            let (io, buf) = (&self.io, &mut self.buf);
+            match std::future::poll_fn(|cx| poll_read(io, buf, READ_SIZE, cx)).await {
+                Ok(0) => return Err(fail(truncated())),
+                Ok(_) => {}
+                Err(e) => return Err(fail(e)),
+            }
+        }
+    }
+
+    /// Whether an idle connection may take a request: not idle too long,
+    /// not closed by the upstream, nothing unasked-for sent on it.
+    fn usable(&self) -> bool {
+        let mut probe = [0u8; 1];
+        self.idle_since.elapsed() < IDLE_LIMIT
+            && matches!(self.io.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
     }
 }
 
@@ -216,37 +442,37 @@ thread_local! {
     static IDLE: RefCell<Vec<(HeaderValue, Vec<Conn>)>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The most recently used connection to `host` that is free now; lets go of
-/// the closed ones on the way. One that is neither (its task has not yet
-/// seen the end of the last answer) stays for a later request: waiting for
-/// it could take as long as the upstream's next byte.
+/// The most recently used idle connection to `host` that may take a
+/// request; lets go of the others on the way.
 fn take_idle(host: &HeaderValue) -> Option<Conn> {
     // `try_with`: nothing to take from a thread that is ending.
     IDLE.try_with(|idle| {
         let mut idle = idle.borrow_mut();
         let (_, conns) = idle.iter_mut().find(|(h, _)| h == host)?;
-        conns.retain(|c| !c.sender.is_closed());
-        let free = conns.iter().rposition(|c| c.sender.is_ready())?;
-        Some(conns.remove(free))
+        while let Some(conn) = conns.pop() {
+            if conn.usable() {
+                return Some(conn);
+            }
+        }
+        None
     })
     .ok()
     .flatten()
 }
 
-/// Puts a connection back for the next request to `host` once its answer is
-/// done with: read to the end, or dropped (hyper then reads what is left
-/// of it if that is already there, as after an SSE stream's `[DONE]`, and
-/// the connection is free again; or closes it).
-fn put_back(host: &HeaderValue, conn: Conn) {
-    conn.idle_since.store(now_ms(), Ordering::Relaxed);
+/// Puts a connection whose answer was read to its end back for the next
+/// request to `host`.
+fn put_back(host: &HeaderValue, mut conn: Conn) {
+    conn.idle_since = Instant::now();
     // A body dropped as its thread ends closes its connection instead.
     let _ = IDLE.try_with(|idle| {
         let mut idle = idle.borrow_mut();
-        // Closed ones are let go by the next `take_idle`, not here too.
         match idle.iter_mut().find(|(h, _)| h == host) {
             Some((_, conns)) => {
+                // Dropping one closes it: those idle too long, and the least
+                // recently used beyond the cap.
+                conns.retain(|c| c.idle_since.elapsed() < IDLE_LIMIT);
                 if conns.len() >= MAX_IDLE {
-                    // Dropping it closes it.
                     conns.remove(0);
                 }
                 conns.push(conn);
@@ -256,57 +482,109 @@ fn put_back(host: &HeaderValue, conn: Conn) {
     });
 }
 
-/// An answer's body: hyper's, and the connection it came on, which goes
-/// back to this thread's list when the body has been read to the end or is
-/// dropped (see [`put_back`]), unless reading it failed.
+/// An answer's body, read off its connection by whoever polls it. The
+/// connection goes back to this thread's list once the body's end is read
+/// (or, when it is dropped, already there), unless the answer said it is
+/// the last or reading failed.
 pub struct Body {
-    inner: hyper::body::Incoming,
     conn: Option<Conn>,
     host: HeaderValue,
+    kind: Kind,
+    reuse: bool,
+    eof: bool,
 }
 
 impl Body {
-    fn done(&mut self) {
-        if let Some(conn) = self.conn.take() {
+    fn ended(&mut self) {
+        if let Some(conn) = self.conn.take()
+            && self.reuse
+            && conn.buf.is_empty()
+        {
             put_back(&self.host, conn);
+        }
+    }
+
+    fn want(&self) -> usize {
+        match self.kind {
+            Kind::Length(n) => (n as usize).clamp(READ_SIZE, READ_MAX),
+            _ => READ_SIZE,
         }
     }
 }
 
 impl http_body::Body for Body {
     type Data = Bytes;
-    type Error = hyper::Error;
+    type Error = io::Error;
 
-    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, io::Error>>> {
         let this = &mut *self;
-        let r = Pin::new(&mut this.inner).poll_frame(cx);
-        match &r {
-            Poll::Ready(None) => this.done(),
-            Poll::Ready(Some(Err(_))) => this.conn = None,
-            _ if this.inner.is_end_stream() => this.done(),
-            _ => {}
+        loop {
+            let want = this.want();
+            let Some(conn) = this.conn.as_mut() else { return Poll::Ready(None) };
+            let r = match decode(&mut this.kind, &mut conn.buf, this.eof) {
+                Ok(Step::Data(b)) => Ok(b),
+                Ok(Step::End) => {
+                    this.ended();
+                    return Poll::Ready(None);
+                }
+                Ok(Step::More) => match ready!(poll_read(&conn.io, &mut conn.buf, want, cx)) {
+                    Ok(n) => {
+                        this.eof = n == 0;
+                        continue;
+                    }
+                    Err(e) => Err(e),
+                },
+                Err(e) => Err(e),
+            };
+            return Poll::Ready(Some(match r {
+                Ok(b) => Ok(Frame::data(b)),
+                Err(e) => {
+                    this.conn = None;
+                    Err(e)
+                }
+            }));
         }
-        r
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
+        matches!(self.kind, Kind::Done | Kind::Length(0))
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+        match self.kind {
+            Kind::Length(n) => SizeHint::with_exact(n),
+            Kind::Done => SizeHint::with_exact(0),
+            _ => SizeHint::default(),
+        }
     }
 }
 
 impl Drop for Body {
+    /// A body dropped before its end keeps its connection when the end is
+    /// already there or arrives without waiting (as after an SSE stream's
+    /// `[DONE]`, whose reader stops there); else the connection closes.
     fn drop(&mut self) {
-        self.done();
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut drained = 0;
+        while let Some(conn) = self.conn.as_mut() {
+            match decode(&mut self.kind, &mut conn.buf, self.eof) {
+                Ok(Step::Data(b)) if drained + b.len() <= MAX_DRAIN => drained += b.len(),
+                Ok(Step::End) => self.ended(),
+                Ok(Step::More) => match poll_read(&conn.io, &mut conn.buf, READ_SIZE, &mut cx) {
+                    Poll::Ready(Ok(n)) if n > 0 => {}
+                    _ => self.conn = None,
+                },
+                _ => self.conn = None,
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
 
     #[test]
     fn only_cleartext_urls_may_go_direct() {
@@ -379,8 +657,8 @@ mod tests {
         (Connector::new(Duration::from_secs(1)), url, counts)
     }
 
-    fn request(url: &DirectUrl) -> http::Request<Full<Bytes>> {
-        let mut req = http::Request::new(Full::new(Bytes::from_static(b"{}")));
+    fn request(url: &DirectUrl) -> http::Request<Bytes> {
+        let mut req = http::Request::new(Bytes::from_static(b"{}"));
         *req.method_mut() = http::Method::POST;
         *req.uri_mut() = url.target.clone();
         req.headers_mut().insert(http::header::HOST, url.host.clone());
@@ -505,5 +783,140 @@ mod tests {
         let url = direct_uri(&format!("http://127.0.0.1:{port}/v1/chat/completions")).expect("direct");
         let r = Connector::new(Duration::from_secs(1)).send(&url, request(&url)).await;
         assert!(matches!(r, Err(Failed::Connect(_))), "{:?}", r.err());
+    }
+
+    /// The body `kind` gives for `wire` fed in pieces of `cuts`, and how it ended.
+    fn decoded(mut kind: Kind, wire: &[u8], cuts: &[usize], eof_at_end: bool) -> (Vec<u8>, io::Result<()>) {
+        let (mut buf, mut out, mut at) = (BytesMut::new(), Vec::new(), 0);
+        let mut pieces = cuts.iter().copied().chain(std::iter::repeat(usize::MAX));
+        loop {
+            let eof = at == wire.len() && eof_at_end;
+            match decode(&mut kind, &mut buf, eof) {
+                Ok(Step::Data(b)) => out.extend_from_slice(&b),
+                Ok(Step::End) => return (out, Ok(())),
+                Ok(Step::More) if at == wire.len() && !eof_at_end => return (out, Err(truncated())),
+                Ok(Step::More) => {
+                    let n = pieces.next().unwrap_or(usize::MAX).max(1).min(wire.len() - at);
+                    buf.extend_from_slice(&wire[at..at + n]);
+                    at += n;
+                }
+                Err(e) => return (out, Err(e)),
+            }
+        }
+    }
+
+    fn chunked(body: &[u8], sizes: &[usize]) -> Vec<u8> {
+        let mut wire = Vec::new();
+        let mut rest = body;
+        for &n in sizes.iter().chain(std::iter::repeat(&7)) {
+            if rest.is_empty() {
+                break;
+            }
+            let (a, b) = rest.split_at(n.max(1).min(rest.len()));
+            wire.extend_from_slice(format!("{:x};ext=1\r\n", a.len()).as_bytes());
+            wire.extend_from_slice(a);
+            wire.extend_from_slice(b"\r\n");
+            rest = b;
+        }
+        wire.extend_from_slice(b"0\r\nx-trailer: 1\r\n\r\n");
+        wire
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn chunked_and_sized_bodies_decode_the_same_in_any_split(
+            body in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            sizes in proptest::collection::vec(1usize..90, 0..12),
+            cuts in proptest::collection::vec(1usize..40, 0..40),
+        ) {
+            let (out, end) = decoded(Kind::Chunked(Chunk::Size), &chunked(&body, &sizes), &cuts, false);
+            proptest::prop_assert!(end.is_ok());
+            proptest::prop_assert_eq!(&out, &body);
+            let (out, end) = decoded(Kind::Length(body.len() as u64), &body, &cuts, false);
+            proptest::prop_assert!(end.is_ok());
+            proptest::prop_assert_eq!(&out, &body);
+            let (out, end) = decoded(Kind::UntilClose, &body, &cuts, true);
+            proptest::prop_assert!(end.is_ok());
+            proptest::prop_assert_eq!(&out, &body);
+        }
+
+        #[test]
+        fn any_bytes_as_a_chunked_body_end_or_fail_without_panicking(
+            wire in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+            cuts in proptest::collection::vec(1usize..40, 0..20),
+        ) {
+            let _ = decoded(Kind::Chunked(Chunk::Size), &wire, &cuts, true);
+        }
+    }
+
+    #[test]
+    fn broken_framing_is_an_error_not_a_body() {
+        let err = |kind, wire: &[u8], eof| decoded(kind, wire, &[], eof).1.map_err(|e| e.kind());
+        assert_eq!(err(Kind::Chunked(Chunk::Size), b"zz\r\nok\r\n0\r\n\r\n", false), Err(io::ErrorKind::InvalidData));
+        assert_eq!(err(Kind::Chunked(Chunk::Size), b"2\r\nokX\r\n0\r\n\r\n", false), Err(io::ErrorKind::InvalidData));
+        assert_eq!(err(Kind::Chunked(Chunk::Size), &[b'1'; MAX_LINE + 10], false), Err(io::ErrorKind::InvalidData));
+        assert_eq!(err(Kind::Chunked(Chunk::Size), b"5\r\nok", true), Err(io::ErrorKind::UnexpectedEof));
+        assert_eq!(err(Kind::Length(10), b"short", true), Err(io::ErrorKind::UnexpectedEof));
+        let h = |raw: &str| parse_head(&mut BytesMut::from(raw)).map(|h| h.map(|h| framing(&h, false)));
+        assert!(h("HTTP/1.1 200 OK\r\ncontent-length: 2\r\ncontent-length: 3\r\n\r\n").unwrap().unwrap().is_err());
+        assert!(h("HTTP/1.1 200 OK\r\ncontent-length: x\r\n\r\n").unwrap().unwrap().is_err());
+        assert!(h("NOT HTTP\r\n\r\n").is_err());
+        assert!(h("HTTP/1.1 200 OK\r\ncontent-le").unwrap().is_none(), "a head in parts waits for the rest");
+    }
+
+    #[test]
+    fn framing_follows_the_head() {
+        let f = |raw: &str| {
+            let h = parse_head(&mut BytesMut::from(raw)).unwrap().unwrap();
+            framing(&h, false).unwrap()
+        };
+        assert_eq!(f("HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n"), (Kind::Length(5), true));
+        assert_eq!(
+            f("HTTP/1.1 200 OK\r\ntransfer-encoding: gzip, chunked\r\n\r\n"),
+            (Kind::Chunked(Chunk::Size), true)
+        );
+        assert_eq!(f("HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 5\r\n\r\n"), (Kind::Length(5), false));
+        assert_eq!(f("HTTP/1.1 200 OK\r\n\r\n"), (Kind::UntilClose, false));
+        assert_eq!(f("HTTP/1.0 200 OK\r\ncontent-length: 5\r\n\r\n"), (Kind::Length(5), false));
+        assert_eq!(f("HTTP/1.1 204 No Content\r\n\r\n"), (Kind::Length(0), true));
+        assert_eq!(
+            f("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n"),
+            (Kind::Length(1), true)
+        );
+    }
+
+    #[tokio::test]
+    async fn an_answer_that_says_close_does_not_keep_its_connection() {
+        const CLOSE: &str = "HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 2\r\n\r\nok";
+        let (c, url, accepted) = setup(vec![CLOSE, CLOSE]).await;
+        for _ in 0..2 {
+            let resp = c.send(&url, request(&url)).await.expect("sent");
+            assert_eq!(text(resp).await, "ok");
+        }
+        assert_eq!(accepted.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test]
+    async fn a_chunked_stream_arrives_piece_by_piece() {
+        const STREAM: &str =
+            "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n6\r\ndata: \r\n3\r\n{}\n\r\n0\r\n\r\n";
+        let (c, url, accepted) = setup(vec![STREAM, STREAM]).await;
+        for _ in 0..2 {
+            let resp = c.send(&url, request(&url)).await.expect("sent");
+            assert_eq!(text(resp).await, "data: {}\n");
+        }
+        assert_eq!(accepted.load(Ordering::Relaxed), 1);
+    }
+
+    #[tokio::test]
+    async fn a_request_the_upstream_closed_its_connection_under_goes_again() {
+        // One answer per connection and no pause: the close may not be seen
+        // before the next request is written on the connection.
+        let (c, url, accepted) = setup(vec![OK]).await;
+        for _ in 0..5 {
+            let resp = c.send(&url, request(&url)).await.expect("sent");
+            assert_eq!(text(resp).await, "ok");
+        }
+        assert_eq!(accepted.load(Ordering::Relaxed), 5);
     }
 }

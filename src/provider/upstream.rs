@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderMap, HeaderName, HeaderValue};
-use http_body_util::{BodyExt, Either, Full};
+use http_body_util::{BodyExt, Either};
 use serde_json::Value;
 
 use super::direct::{DirectUrl, Failed};
@@ -139,7 +139,7 @@ pub fn install_crypto_provider() {
 
 /// One request, built for the client that sends it.
 enum Outgoing<'a> {
-    Direct(&'a DirectUrl, http::Request<Full<Bytes>>),
+    Direct(&'a DirectUrl, http::Request<Bytes>),
     Pooled(reqwest::Client, reqwest::Request),
 }
 
@@ -227,7 +227,7 @@ impl Upstream {
         let body = json.map(Bytes::from).unwrap_or_default();
         if let Some(url) = p.direct_url(path) {
             headers.insert(HOST, url.host.clone());
-            let mut req = http::Request::new(Full::new(body));
+            let mut req = http::Request::new(body);
             *req.method_mut() = method;
             *req.uri_mut() = url.target.clone();
             *req.headers_mut() = headers;
