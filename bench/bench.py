@@ -44,6 +44,16 @@ LANES = {
     "tools": ("non-streamed, hermes <tool_call> in the text, recovered", "tools.json", False, True),
     "toolsstream": ("streamed 64 chunks, hermes <tool_call> split across chunks, recovered", "toolsstream.sse", True, True),
 }
+# The paced-stream CPU lane (issue 50): 64 chunks 2 ms apart from
+# bench/paced_upstream.py, many streams at once, CPU per request of each
+# server's own process tree. Named in --lanes like the others.
+PACED_LANE = "paced2ms"
+PACED_INTERVAL_MS = 2.0
+# The upstream that holds --many-streams open: one chunk a second, ten minutes at most.
+HOLD_CHUNKS, HOLD_INTERVAL_MS = 600, 1000.0
+# Issue 50's goals against nginx proxy_pass (ratio of proxy CPU per request,
+# or of RSS per 1,000 open streams); None: no figure set, the ratio is reported.
+GOALS_VS_NGINX = {"plain": 1.1, "stream": 1.3, PACED_LANE: None, "memory": 1.0}
 # LiteLLM runs the plain lanes only (it recovers no text tool calls).
 LITELLM_LANES = ["plain", "stream"]
 TOOLS = [
@@ -136,7 +146,7 @@ def write_fixtures(work: Path) -> None:
         (d / "completions").write_bytes(body)
     req = work / "requests"
     req.mkdir(exist_ok=True)
-    for lane in list(LANES) + ["paced", "slow"]:
+    for lane in list(LANES) + ["paced", "slow", PACED_LANE, "hold"]:
         streamed = LANES[lane][2] if lane in LANES else True
         tools = LANES[lane][3] if lane in LANES else False
         r: dict = {"model": f"{lane}/m", "messages": [{"role": "user", "content": "Say something."}], "max_tokens": 128}
@@ -182,23 +192,38 @@ http {{
 """
 
 
-def nginx_proxy_conf(work: Path, port: int, up: int, paced: int, slow: int) -> str:
+def nginx_proxy_conf(work: Path, port: int, up: int, paced: int, slow: int,
+                     paced2: int | None = None, hold: int | None = None, max_streams: int = 0) -> str:
+    """`paced2` and `hold`: the paced-stream CPU lane's upstream and the one
+    that holds --many-streams (both optional). `max_streams`: open streams
+    it must hold at once; each takes two connections (client and upstream),
+    and one worker may get most of them."""
     p = work / "nginx-proxy"
+    try:
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    except (ValueError, OSError):
+        hard = 20000
+    nofile = max(20000, min(hard, 2 * max_streams + 600))
+    conns = max(8192, min(2 * max_streams + 512, nofile))
+    extra_up = "".join(f"  upstream {n} {{ server 127.0.0.1:{pt}; keepalive 256; }}\n"
+                       for n, pt in ((PACED_LANE, paced2), ("hold", hold)) if pt)
+    extra_loc = "".join(f"    location /{n}/ {{ proxy_pass http://{n}; }}\n"
+                        for n, pt in ((PACED_LANE, paced2), ("hold", hold)) if pt)
     return f"""# The practical limit: nginx proxy_pass, keep-alive upstream, no buffering
 # (so streams are relayed chunk by chunk, like modelshim does).
 daemon off;
 master_process on;
 worker_processes auto;
-worker_rlimit_nofile 20000;
+worker_rlimit_nofile {nofile};
 error_log {p}/error.log warn;
 pid {p}/nginx.pid;
-events {{ worker_connections 8192; }}
+events {{ worker_connections {conns}; }}
 http {{
   access_log off;
   client_body_temp_path {p}/tmp-body;
   proxy_temp_path {p}/tmp-proxy;
   keepalive_requests 1000000;
-  upstream fast  {{ server 127.0.0.1:{up};    keepalive 256; keepalive_requests 1000000; }}
+{extra_up}  upstream fast  {{ server 127.0.0.1:{up};    keepalive 256; keepalive_requests 1000000; }}
   upstream paced {{ server 127.0.0.1:{paced}; keepalive 256; }}
   upstream slow  {{ server 127.0.0.1:{slow};  keepalive 256; }}
   proxy_http_version 1.1;
@@ -210,13 +235,13 @@ http {{
     location = /healthz {{ return 200 "ok"; }}
     location /paced/ {{ proxy_pass http://paced; }}
     location /slow/  {{ proxy_pass http://slow; }}
-    location /       {{ proxy_pass http://fast; }}
+{extra_loc}    location /       {{ proxy_pass http://fast; }}
   }}
 }}
 """
 
 
-def modelshim_conf(port: int, up: int, paced: int, slow: int) -> str:
+def modelshim_conf(port: int, up: int, paced: int, slow: int, paced2: int | None = None, hold: int | None = None) -> str:
     lines = [f'listen = "127.0.0.1:{port}"', ""]
 
     def provider(name: str, base: str, mode: str, formats: list[str] | None = None) -> None:
@@ -240,6 +265,9 @@ def modelshim_conf(port: int, up: int, paced: int, slow: int) -> str:
             provider(lane, f"http://127.0.0.1:{up}/{lane}/v1", "native")
     provider("paced", f"http://127.0.0.1:{paced}/paced/v1", "native")
     provider("slow", f"http://127.0.0.1:{slow}/slow/v1", "native")
+    for name, pt in ((PACED_LANE, paced2), ("hold", hold)):
+        if pt:
+            provider(name, f"http://127.0.0.1:{pt}/{name}/v1", "native")
     # The lanes measure the proxy path; the repo's ./skills would turn on the agent loop.
     lines += ["[skills]", "enabled = false", ""]
     # The stream lanes open 1,000 connections from one address.
@@ -492,6 +520,43 @@ def load_lane(ts: list[Target], lane: str, a: argparse.Namespace, work: Path) ->
     return out
 
 
+def paced_lane(ts: list[Target], ports: dict[str, int], a: argparse.Namespace, work: Path, mock_pid: int | None = None) -> dict[str, dict]:
+    """CPU per request of a paced stream (issue 50): the upstream writes 64
+    content chunks 2 ms apart (bench/paced_upstream.py), so each reaches the
+    proxy in a read of its own and costs its own wake-up, where the `stream`
+    lane's 64 arrive together. wrk holds `a.paced_connections` streams open
+    at once, each connection asking for the next stream when one ends, for
+    `a.paced_duration` seconds per target in `a.rounds` interleaved rounds
+    (as `load_lane`); the server's own process tree's CPU over those rounds
+    divided by the streams it completed. direct is the Python mock itself:
+    its figure is the upstream's cost, not a proxy's."""
+    body = work / "requests" / f"{PACED_LANE}.json"
+    url = {t.name: f"http://127.0.0.1:{ports[PACED_LANE] if t.name == 'direct' else t.port}{t.path(PACED_LANE)}" for t in ts}
+    pid = {t.name: mock_pid if t.name == "direct" else t.pid for t in ts}
+    for t in ts:
+        wrk(url[t.name], body, a.paced_connections, a.threads, a.warmup)
+    runs: dict[str, list[dict]] = {t.name: [] for t in ts}
+    cpu: dict[str, float] = {t.name: 0.0 for t in ts}
+    for r in range(a.rounds):
+        for t in rotated(ts, r):
+            cpu0 = cpu_seconds(pid[t.name]) if pid[t.name] else None
+            runs[t.name].append(wrk(url[t.name], body, a.paced_connections, a.threads, a.paced_duration / a.rounds))
+            if cpu0 is not None:
+                cpu[t.name] += cpu_seconds(pid[t.name]) - cpu0
+    out = {}
+    for t in ts:
+        rs = runs[t.name]
+        requests = sum(x["requests"] for x in rs)
+        res = {"rps": statistics.median(x["rps"] for x in rs), "requests": requests,
+               "errors": sum(x["errors"] for x in rs), "rps_rounds": [round(x["rps"]) for x in rs],
+               "stream_p50_us": statistics.median(x["p50_us"] for x in rs), "cpu_s": cpu[t.name],
+               "connections": a.paced_connections}
+        if pid[t.name] and requests:
+            res["cpu_us_per_req"] = cpu[t.name] * 1e6 / requests
+        out[t.name] = res
+    return out
+
+
 def load_litellm(t: Target, lane: str, a: argparse.Namespace, work: Path) -> dict:
     """LiteLLM's lane on its own: it answers tens of requests per second, two
     orders of magnitude from the others, so the noise that interleaving
@@ -697,6 +762,135 @@ def hold_streams(t: Target, n: int, timeout: float, work: Path, burst: int = 200
     return r
 
 
+def fd_stream_cap() -> int:
+    """The most streams one proxy process can hold under this RLIMIT_NOFILE
+    hard limit: two descriptors per stream (the client's connection and the
+    upstream's), and some to spare for listeners, logs and the runtime."""
+    return max(0, (resource.getrlimit(resource.RLIMIT_NOFILE)[1] - 256) // 2)
+
+
+async def _many_streams(port: int, path: str, body: bytes, n: int, timeout: float, sample, burst: int,
+                        while_open) -> dict:
+    """Open n streams (at most `burst` connecting at once), counting those
+    that fail to connect, end or error before their first content chunk, or
+    have none within `timeout`; sample RSS every 0.25 s from the first
+    connection to the close (the peak); once all are settled, run
+    `while_open()` in a thread (the extra streams' TTFT) with all still open;
+    then close them all."""
+    req = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    counts = {"ready": 0, "connect_failed": 0, "no_first_chunk": 0}
+    settled = 0
+    all_settled = asyncio.Event()
+    release = asyncio.Event()
+    writers = []
+    sem = asyncio.Semaphore(burst)
+    peak = [sample()]
+
+    def done() -> None:
+        nonlocal settled
+        settled += 1
+        if settled == n:
+            all_settled.set()
+
+    async def one() -> None:
+        try:
+            async with sem:
+                try:
+                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                except OSError:
+                    counts["connect_failed"] += 1
+                    return done()
+                writers.append(writer)
+                try:
+                    writer.write(req)
+                    await writer.drain()
+                    buf = b""
+                    while b'"content":"word' not in buf:
+                        data = await reader.read(65536)
+                        if not data:
+                            counts["no_first_chunk"] += 1
+                            return done()
+                        buf = (buf + data)[-4096:]
+                except OSError:
+                    counts["no_first_chunk"] += 1
+                    return done()
+            counts["ready"] += 1
+            done()
+            await release.wait()
+        except asyncio.CancelledError:
+            raise
+
+    async def sampler() -> None:
+        while not release.is_set():
+            peak[0] = max(peak[0], sample())
+            await asyncio.sleep(0.25)
+
+    smp = asyncio.create_task(sampler())
+    tasks = [asyncio.create_task(one()) for _ in range(n)]
+    t0 = time.perf_counter()
+    try:
+        await asyncio.wait_for(all_settled.wait(), timeout)
+    except asyncio.TimeoutError:
+        pass
+    open_secs = time.perf_counter() - t0
+    await asyncio.sleep(1.0)  # let allocations settle
+    rss_open = max(sample() for _ in range(3))
+    extra = await asyncio.to_thread(while_open)
+    peak[0] = max(peak[0], rss_open, sample())
+    release.set()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, smp, return_exceptions=True)
+    for w in writers:
+        w.close()
+    return {**counts, "timed_out": n - sum(counts.values()), "open_secs": open_secs,
+            "rss_open_kib": rss_open, "rss_peak_kib": peak[0], "extra": extra}
+
+
+def extra_ttft(t: Target, direct: Target, ports: dict[str, int], n: int, work: Path) -> dict:
+    """TTFT of `n` extra streams through `t` and `n` straight to the paced
+    upstream, taking turns in rounds of 5 (each round on a fresh keep-alive
+    connection after 3 unrecorded streams), so both see the same load."""
+    xs: dict[str, list[float]] = {"proxy": [], "direct": []}
+    errors = 0
+    for r in range((n + 4) // 5):
+        for side in rotated(["proxy", "direct"], r):
+            port = t.port if side == "proxy" else ports["paced"]
+            run = ttft_run(t if side == "proxy" else direct, "paced", port, 5, work, max_secs=20.0)
+            xs[side] += run["ttfts"]
+            errors += run["errors"] if side == "proxy" else 0
+    out: dict = {"streams": len(xs["proxy"]), "errors": errors}
+    if xs["proxy"] and xs["direct"]:
+        out.update(proxy_p50_us=statistics.median(xs["proxy"]), direct_p50_us=statistics.median(xs["direct"]))
+        out["added_us"] = out["proxy_p50_us"] - out["direct_p50_us"]
+    return out
+
+
+def many_streams(t: Target, direct: Target, ports: dict[str, int], n: int, a: argparse.Namespace, work: Path) -> dict:
+    """--many-streams (issue 50): `t` holds n streams from the hold upstream
+    (one chunk a second) at once. Errors: streams that failed to connect or
+    got no first content chunk (in time). RSS before, peak (sampled every
+    0.25 s) and settled with all open; per 1,000 from the settled figure.
+    The added TTFT of an extra stream (the paced lane, target minus the
+    direct paced upstream, medians of `a.many_extra` each, interleaved) both
+    idle, just before, and with the n open."""
+    body = (work / "requests" / "hold.json").read_bytes()
+    idle = extra_ttft(t, direct, ports, a.many_extra, work)
+    before = rss_kib(t.pid)
+    timeout = max(60.0, n / 100)
+    r = asyncio.run(_many_streams(t.port, t.path("hold"), body, n, timeout, lambda: rss_kib(t.pid), 200,
+                                  lambda: extra_ttft(t, direct, ports, a.many_extra, work)))
+    time.sleep(2.0)
+    r.update(n=n, rss_before_kib=before, rss_after_close_kib=rss_kib(t.pid), idle=idle,
+             errors=n - r["ready"])
+    if r["ready"]:
+        r["kib_per_1000"] = (r["rss_open_kib"] - before) * 1000 / r["ready"]
+    return r
+
+
 def startup(binary: Path, conf: Path, port: int, runs: int, procs: Procs) -> dict:
     """Exec to the first 200 on /healthz, `runs` times; idle RSS of the last one."""
     times, idle = [], None
@@ -778,6 +972,7 @@ def render(res: dict) -> str:
              f"requests/s, p50 and p99 are the median of a target's rounds, CPU per request is over all its rounds, "
              f"TTFT percentiles over all its streams; LiteLLM is measured apart, once per lane\n")
 
+    L += nginx_ratios(res)
     if res.get("baseline"):
         L += ab_table(res)
     L.append("## Throughput (requests/s at fixed concurrency)\n")
@@ -833,6 +1028,20 @@ def render(res: dict) -> str:
     L.append(f"\nCPU per re-emitted chunk = (CPU/request of `stream` − of `stream8`) / 56: "
              f"modelshim {fmt(pc.get('modelshim'), ' µs', 2)}, nginx {fmt(pc.get('nginx'), ' µs', 2)}.")
 
+    pr = res.get("paced") or {}
+    if pr:
+        L.append(f"\n## Paced streams: CPU per stream (`{PACED_LANE}`: 64 chunks {PACED_INTERVAL_MS:g} ms apart, "
+                 f"{pr[next(iter(pr))].get('connections', '?')} streams open at once)\n")
+        L.append("| target | streams/s | stream p50 | CPU per stream | vs nginx | errors |")
+        L.append("| --- | ---: | ---: | ---: | ---: | ---: |")
+        n = (pr.get("nginx") or {}).get("cpu_us_per_req")
+        for t, v in pr.items():
+            c = v.get("cpu_us_per_req")
+            L.append(f"| {t} | {fmt(v['rps'])} | {fmt(v['stream_p50_us'] / 1000, ' ms', 1)} | {fmt(c, ' µs', 1)} | "
+                     f"{fmt(c / n if c and n and t not in ('direct', 'nginx') else None, '×', 2)} | {v['errors']} |")
+        L.append("\nCPU of each server's own process tree over its rounds ÷ the streams it completed; "
+                 "direct is the Python mock (the upstream's own cost, not a proxy's).")
+
     L.append("\n## Streams: time to first token (paced upstream, 64 chunks 1 ms apart, sequential streams)\n")
     L.append("| target | streams | TTFT p50 | TTFT p99 | added TTFT p50 | stream total p50 | chunks seen |")
     L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
@@ -870,6 +1079,8 @@ def render(res: dict) -> str:
              "The second wave opens as many streams again after the first closed: a peak near the first's "
              "means the freed memory was used again.")
 
+    L += many_table(res)
+
     L.append("\n## Targets\n")
     L.append("| target | measured | verdict |")
     L.append("| --- | --- | --- |")
@@ -889,6 +1100,101 @@ def render(res: dict) -> str:
     return "\n".join(L) + "\n"
 
 
+def _ratio_cell(x, n, goal, unit: str = " µs", digits: int = 1) -> str:
+    """`x (r×, met/missed)` against nginx's `n`; the verdict only where a goal is set."""
+    if x is None:
+        return "–"
+    if not n:
+        return fmt(x, unit, digits)
+    r = x / n
+    verdict = "" if goal is None else (" ✓" if r <= goal else " ✗")
+    return f"{fmt(x, unit, digits)} (**{r:.2f}×**{verdict})"
+
+
+def nginx_ratios(res: dict) -> list[str]:
+    """Issue 50's table: modelshim (and the baseline) over nginx proxy_pass,
+    proxy CPU per request lane by lane (each server's own process tree, the
+    targets interleaved) and RSS per 1,000 open streams, beside the goals."""
+    lr, pr, mem, many = res.get("load", {}), res.get("paced") or {}, res.get("memory", {}), res.get("many") or {}
+    sides = ["modelshim"] + (["baseline"] if res.get("baseline") else [])
+    head = " | ".join(f"{s}{' (new)' if s == 'modelshim' and len(sides) > 1 else ''}: value (÷ nginx)" for s in sides)
+    L = ["## Against nginx proxy_pass (issue 50)\n",
+         f"| figure | nginx | {head} | goal |",
+         "| --- | ---: | " + " | ".join("---:" for _ in sides) + " | --- |"]
+
+    def goal_text(g) -> str:
+        return f"≤ {g:g}×" if g is not None else "– (ratio reported)"
+
+    for lane in LANES:
+        n = (lr.get("nginx", {}).get(lane) or {}).get("cpu_us_per_req")
+        xs = [(lr.get(s, {}).get(lane) or {}).get("cpu_us_per_req") for s in sides]
+        if n is None and all(x is None for x in xs):
+            continue
+        what = {"plain": "plain", "stream": "burst stream: `stream` (64 chunks arriving together)"}.get(lane, f"`{lane}`")
+        g = GOALS_VS_NGINX.get(lane)
+        L.append(f"| CPU per request, {what} | {fmt(n, ' µs', 1)} | "
+                 + " | ".join(_ratio_cell(x, n, g) for x in xs) + f" | {goal_text(g) if lane in GOALS_VS_NGINX else '–'} |")
+    if pr:
+        n = (pr.get("nginx") or {}).get("cpu_us_per_req")
+        g = GOALS_VS_NGINX.get(PACED_LANE)
+        L.append(f"| CPU per stream, paced stream: `{PACED_LANE}` (64 chunks {PACED_INTERVAL_MS:g} ms apart) | {fmt(n, ' µs', 1)} | "
+                 + " | ".join(_ratio_cell((pr.get(s) or {}).get("cpu_us_per_req"), n, g) for s in sides) + f" | {goal_text(g)} |")
+    g = GOALS_VS_NGINX["memory"]
+    mib = lambda v: v / 1024 if v is not None else None  # noqa: E731
+    n = mib((mem.get("nginx") or {}).get("kib_per_1000"))
+    if n is not None or any(mem.get(s) for s in sides):
+        L.append(f"| RSS per 1,000 open streams ({res.get('args', {}).get('open_streams', 1000):,} open) | {fmt(n, ' MiB', 1)} | "
+                 + " | ".join(_ratio_cell(mib((mem.get(s) or {}).get("kib_per_1000")), n, g, " MiB") for s in sides)
+                 + f" | {goal_text(g)} (≤ nginx's) |")
+    if many:
+        n = mib((many.get("nginx") or {}).get("kib_per_1000"))
+        N = next(iter(many.values()))["n"]
+        L.append(f"| RSS per 1,000 open streams ({N:,} open) | {fmt(n, ' MiB', 1)} | "
+                 + " | ".join(_ratio_cell(mib((many.get(s) or {}).get("kib_per_1000")), n, g, " MiB") for s in sides)
+                 + f" | {goal_text(g)} (≤ nginx's) |")
+    L.append("\nCPU: utime + stime of each server's own process tree (nginx: master and workers) over its "
+             "interleaved rounds, divided by the requests it answered. ✓/✗: the ratio against the goal; "
+             "one run on a shared machine, see the lane tables for the spread.\n")
+    return L
+
+
+def many_table(res: dict) -> list[str]:
+    many = res.get("many") or {}
+    if not many:
+        return []
+    N = next(iter(many.values()))["n"]
+    L = [f"\n## {N:,} open streams at once (issue 50)\n"]
+    if res.get("many_requested") and res["many_requested"] != N:
+        L.append(f"Asked for {res['many_requested']:,}; this machine's RLIMIT_NOFILE hard limit "
+                 f"({res.get('fd_hard_limit', '?'):,}) lets one proxy process hold {N:,} (two descriptors per stream).\n")
+    L.append("| target | errors (connect / no first chunk / timed out) | opened in | RSS before | peak RSS | "
+             "RSS with all open | per 1,000 | after close | extra stream TTFT p50: target / direct, added | "
+             "added TTFT idle | goal |")
+    L.append("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for t, v in many.items():
+        ex, idle = v.get("extra") or {}, v.get("idle") or {}
+        ok = v["errors"] == 0 and v["rss_peak_kib"] / 1024 <= 200
+        L.append(
+            f"| {t} | {v['errors']:,} ({v['connect_failed']} / {v['no_first_chunk']} / {v['timed_out']}) | "
+            f"{v['open_secs']:.1f} s | {v['rss_before_kib'] / 1024:.1f} MiB | **{v['rss_peak_kib'] / 1024:.1f} MiB** | "
+            f"{v['rss_open_kib'] / 1024:.1f} MiB | {fmt(v['kib_per_1000'] / 1024 if v.get('kib_per_1000') is not None else None, ' MiB', 1)} | "
+            f"{v['rss_after_close_kib'] / 1024:.1f} MiB | "
+            f"{fmt(ex.get('proxy_p50_us'), ' µs')} / {fmt(ex.get('direct_p50_us'), ' µs')}, **{fmt(ex.get('added_us'), ' µs')}** | "
+            f"{fmt(idle.get('added_us'), ' µs')} | "
+            + (f"no error, peak ≤ 200 MiB: {'met' if ok else 'missed'} |" if t != "nginx" else "(the comparison) |"))
+    L.append(f"\nThe hold upstream (bench/paced_upstream.py, one Python asyncio process) sends a chunk every "
+             f"{HOLD_INTERVAL_MS / 1000:g} s; {'200'} streams connect at once. Errors: streams that failed to connect, "
+             f"ended before their first content chunk, or had none within max(60 s, N/100 s). Peak RSS: sampled every 0.25 s "
+             f"from the first connection until the close. Per 1,000: (RSS with all open − before) × 1000 / open. "
+             f"Extra stream TTFT: with the N open, streams on the 1 ms paced lane through the target and straight "
+             f"to the paced upstream, taking turns in rounds of 5 ({res['args'].get('many_extra', 20)} each); the medians; "
+             f"added = target − direct **under the same load**; \"added TTFT idle\" is the same measured just before "
+             f"the N opened. Targets run one after the other, not interleaved (each holds N for its turn), each a fresh process "
+             f"started for it (after the other lanes, so what they left resident does not count); nginx's "
+             f"worker_connections are raised to hold them (its idle RSS above includes that).")
+    return L
+
+
 def ab_table(res: dict) -> list[str]:
     """modelshim against the baseline binary, lane by lane (both interleaved in the same rounds)."""
     lr, b = res["load"], res["baseline"]
@@ -905,6 +1211,12 @@ def ab_table(res: dict) -> list[str]:
         d = lambda k: f"{(n[k] - o[k]) / o[k] * 100:+.1f}%" if n.get(k) and o.get(k) else "–"  # noqa: E731
         L.append(f"| {lane} | {fmt(n.get('rps'))} / {fmt(o.get('rps'))} ({d('rps')}) | "
                  f"{fmt(n.get('c1_p50_us'))} / {fmt(o.get('c1_p50_us'))} | {fmt(n.get('c1_p99_us'))} / {fmt(o.get('c1_p99_us'))} | "
+                 f"{fmt(n.get('cpu_us_per_req'), '', 1)} / {fmt(o.get('cpu_us_per_req'), '', 1)} ({d('cpu_us_per_req')}) |")
+    pr = res.get("paced") or {}
+    n, o = pr.get("modelshim"), pr.get("baseline")
+    if n and o:
+        d = lambda k: f"{(n[k] - o[k]) / o[k] * 100:+.1f}%" if n.get(k) and o.get(k) else "–"  # noqa: E731
+        L.append(f"| {PACED_LANE} (streams/s) | {fmt(n.get('rps'))} / {fmt(o.get('rps'))} ({d('rps')}) | – | – | "
                  f"{fmt(n.get('cpu_us_per_req'), '', 1)} / {fmt(o.get('cpu_us_per_req'), '', 1)} ({d('cpu_us_per_req')}) |")
     tt = res.get("ttft", {})
     n, o = (tt.get("modelshim") or {}).get("ttft_p50_us"), (tt.get("baseline") or {}).get("ttft_p50_us")
@@ -983,7 +1295,17 @@ def main() -> int:
     ap.add_argument("--open-streams", type=int, default=1000, help="concurrent streams for the memory test")
     ap.add_argument("--startup-runs", type=int, default=None)
     ap.add_argument("--profile", action="store_true", help="perf profile of modelshim in the streamed lane")
-    ap.add_argument("--lanes", default=",".join(LANES), help="comma-separated subset of lanes")
+    ap.add_argument("--lanes", default=",".join([*LANES, PACED_LANE]),
+                    help=f"comma-separated subset of lanes ({PACED_LANE}: the paced-stream CPU lane)")
+    ap.add_argument("--paced-connections", type=int, default=64,
+                    help=f"streams open at once in the {PACED_LANE} lane (64 chunks 2 ms apart)")
+    ap.add_argument("--paced-duration", type=float, default=None,
+                    help=f"seconds per target in the {PACED_LANE} lane, split over the rounds (default: --duration)")
+    ap.add_argument("--many-streams", type=int, default=None,
+                    help="streams held open at once by nginx, modelshim (and the baseline), issue 50's "
+                         "10,000-stream run; default 10000, 0 with --quick unless given; 0 skips it")
+    ap.add_argument("--many-extra", type=int, default=20,
+                    help="extra streams whose TTFT is measured while the --many-streams are held (and idle)")
     ap.add_argument("--label", default="", help="a note printed at the top of the results")
     ap.add_argument("--out", default=str(BENCH / "results" / "latest.md"))
     ap.add_argument("--command", default="", help="the command line to record (set by bench/run)")
@@ -1006,7 +1328,11 @@ def main() -> int:
     a.streams = a.streams or (30 if q else 300)
     a.idle_requests = a.idle_requests or (60 if q else 300)
     a.startup_runs = a.startup_runs or (3 if q else 10)
+    paced = PACED_LANE in a.lanes.split(",")
     lanes = [x for x in a.lanes.split(",") if x in LANES]
+    a.paced_duration = a.paced_duration or a.duration
+    if a.many_streams is None:
+        a.many_streams = 0 if q else 10000
 
     # Thousands of open streams: raise the descriptor limit for us and our children.
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -1018,27 +1344,36 @@ def main() -> int:
         (work / d).mkdir(parents=True, exist_ok=True)
     write_fixtures(work)
 
-    ports = {k: free_port() for k in ("up", "paced", "slow", "nginx", "modelshim", "litellm", "baseline")}
+    ports = {k: free_port() for k in ("up", "paced", "slow", "nginx", "modelshim", "litellm", "baseline", PACED_LANE, "hold")}
+    # A proxy holds two descriptors per stream; the hard limit caps how many.
+    many_requested = a.many_streams
+    if a.many_streams > fd_stream_cap():
+        a.many_streams = fd_stream_cap()
+        log(f"--many-streams {many_requested} lowered to {a.many_streams}: RLIMIT_NOFILE hard limit "
+            f"{resource.getrlimit(resource.RLIMIT_NOFILE)[1]} (two descriptors per stream in a proxy)")
     (work / "nginx-upstream" / "nginx.conf").write_text(nginx_upstream_conf(work, ports["up"]))
     (work / "nginx-proxy" / "nginx.conf").write_text(
-        nginx_proxy_conf(work, ports["nginx"], ports["up"], ports["paced"], ports["slow"]))
+        nginx_proxy_conf(work, ports["nginx"], ports["up"], ports["paced"], ports["slow"], ports[PACED_LANE], ports["hold"],
+                         max(a.many_streams, a.open_streams)))
     extra = lambda f: "\n" + Path(f).read_text() if f else ""  # noqa: E731
-    (work / "modelshim.toml").write_text(modelshim_conf(ports["modelshim"], ports["up"], ports["paced"], ports["slow"])
-                                         + extra(a.config_extra))
-    (work / "baseline.toml").write_text(modelshim_conf(ports["baseline"], ports["up"], ports["paced"], ports["slow"])
-                                        + extra(a.baseline_config_extra))
+    (work / "modelshim.toml").write_text(modelshim_conf(ports["modelshim"], ports["up"], ports["paced"], ports["slow"],
+                                                        ports[PACED_LANE], ports["hold"]) + extra(a.config_extra))
+    (work / "baseline.toml").write_text(modelshim_conf(ports["baseline"], ports["up"], ports["paced"], ports["slow"],
+                                                       ports[PACED_LANE], ports["hold"]) + extra(a.baseline_config_extra))
     (work / "litellm.yaml").write_text(litellm_conf(ports["up"], ports["paced"], ports["slow"]))
 
     res: dict = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": machine(), "label": a.label,
         "command": a.command or " ".join(shlex.quote(x) for x in sys.argv),
-        "args": {k: getattr(a, k) for k in ("connections", "threads", "duration", "latency_duration", "warmup", "rounds", "streams", "idle_requests", "open_streams")},
+        "args": {k: getattr(a, k) for k in ("connections", "threads", "duration", "latency_duration", "warmup", "rounds", "streams", "idle_requests", "open_streams",
+                                            "paced_connections", "paced_duration", "many_streams", "many_extra")},
         "versions": {"nginx": version(["nginx", "-v"]).replace("nginx version: ", ""),
                      "wrk": version(["wrk", "-v"]).split(" [")[0]},
         "modelshim_version": version([a.binary, "--version"]),
         "baseline": a.baseline and {"binary": a.baseline, "version": version([a.baseline, "--version"]),
                                     "config_extra": a.baseline_config_extra, "new_config_extra": a.config_extra},
         "load": {}, "ttft": {}, "memory": {}, "idle_rss_kib": {}, "startup": {}, "sanity_failures": [],
+        "paced": {}, "many": {}, "many_requested": many_requested, "fd_hard_limit": resource.getrlimit(resource.RLIMIT_NOFILE)[1],
     }
     procs = Procs(work / "logs")
 
@@ -1056,11 +1391,15 @@ def main() -> int:
                                        "--chunks", "64", "--interval-ms", "1"])
         procs.start("slow-upstream", [sys.executable, str(BENCH / "paced_upstream.py"), "--port", str(ports["slow"]),
                                       "--chunks", "120", "--interval-ms", "500"])
+        pacedmock = procs.start(f"{PACED_LANE}-upstream", [sys.executable, str(BENCH / "paced_upstream.py"), "--port", str(ports[PACED_LANE]),
+                                               "--chunks", "64", "--interval-ms", str(PACED_INTERVAL_MS)])
+        procs.start("hold-upstream", [sys.executable, str(BENCH / "paced_upstream.py"), "--port", str(ports["hold"]),
+                                      "--chunks", str(HOLD_CHUNKS), "--interval-ms", str(HOLD_INTERVAL_MS)])
         ng = procs.start("nginx-proxy", ["nginx", "-p", str(work / "nginx-proxy"), "-c", str(work / "nginx-proxy" / "nginx.conf")])
         for name, port in (("upstream", ports["up"]), ("nginx proxy", ports["nginx"])):
             if wait_ready(port, "/healthz", 10, None, 0.01) is None:
                 raise RuntimeError(f"{name} did not start (see {work}/logs)")
-        for name in ("paced", "slow"):
+        for name in ("paced", "slow", PACED_LANE, "hold"):
             if not wait_port(ports[name], 10):
                 raise RuntimeError(f"{name} upstream did not start (see {work}/logs)")
 
@@ -1107,15 +1446,15 @@ def main() -> int:
         runnable: dict[str, list[str]] = {}
         for t in targets_:
             runnable[t.name] = []
-            for lane in lanes + ["paced"]:
+            for lane in lanes + ["paced"] + ([PACED_LANE] if paced else []):
                 if t.name == "litellm" and lane not in LITELLM_LANES + ["paced"]:
                     continue
-                port = ports["paced"] if t.name == "direct" and lane == "paced" else t.port
+                port = ports[lane] if t.name == "direct" and lane in ("paced", PACED_LANE) else t.port
                 err = sanity(t, lane, port, work)
                 if err:
                     res["sanity_failures"].append(f"{t.name}/{lane}: {err}")
                     log(f"CHECK FAILED {t.name}/{lane}: {err}")
-                elif lane in LANES:
+                elif lane in LANES or lane == PACED_LANE:
                     runnable[t.name].append(lane)
         log(f"end-to-end checks done; failures: {len(res['sanity_failures'])}")
 
@@ -1134,6 +1473,14 @@ def main() -> int:
                     log(f"load litellm/{lane}")
                     res["load"]["litellm"][lane] = r = load_litellm(t, lane, a, work)
                     log(f"  {r['rps']:.0f} req/s, c1 p50 {r['c1_p50_us']} µs p99 {r['c1_p99_us']} µs, errors {r['errors']}")
+        if paced:
+            ts = [t for t in targets_ if t.name != "litellm" and PACED_LANE in runnable[t.name]]
+            log(f"paced stream CPU ({PACED_LANE}): {', '.join(t.name for t in ts)}, {a.paced_connections} streams at once, "
+                f"{a.paced_duration} s each in {a.rounds} rounds")
+            res["paced"] = paced_lane(ts, ports, a, work, pacedmock.pid)
+            for name, r in res["paced"].items():
+                log(f"  {name}: {r['rps']:.0f} streams/s, CPU {fmt(r.get('cpu_us_per_req'), ' µs', 1)} per stream, "
+                    f"stream p50 {r['stream_p50_us'] / 1000:.1f} ms, errors {r['errors']}")
         pc = {}
         for t in ("nginx", "modelshim"):
             s64 = (res["load"].get(t, {}).get("stream") or {}).get("cpu_us_per_req")
@@ -1167,6 +1514,30 @@ def main() -> int:
             log("perf profile of modelshim, streamed lane")
             res["profile"] = perf_profile(ms.pid, f"http://127.0.0.1:{ports['modelshim']}/v1/chat/completions",
                                           work / "requests" / "stream.json", 10 if not q else 4, work)
+
+        # Issue 50's many-streams run: each proxy in turn holds N at once, a
+        # fresh process each (what the lanes above left resident would count).
+        if a.many_streams:
+            direct = next(t for t in targets_ if t.name == "direct")
+            for t in targets_:
+                if t.name in ("direct", "litellm"):
+                    continue
+                name = "nginx-proxy" if t.name == "nginx" else t.name
+                argv = procs.procs[name].args
+                procs.stop(name)
+                time.sleep(0.5)
+                p = procs.start(name, argv, env=None if t.name == "nginx" else dict(os.environ, RUST_LOG="warn"))
+                if wait_ready(t.port, "/healthz", 10, p, 0.01) is None:
+                    res["sanity_failures"].append(f"{t.name} did not restart for the many-streams run")
+                    continue
+                t.pid = p.pid
+                time.sleep(1.0)
+                log(f"many streams {t.name} (fresh process): {a.many_streams} open at once, {a.many_extra} extra streams' TTFT")
+                res["many"][t.name] = r = many_streams(t, direct, ports, a.many_streams, a, work)
+                log(f"  ready {r['ready']}, errors {r['errors']} (connect {r['connect_failed']}, no first chunk "
+                    f"{r['no_first_chunk']}, timed out {r['timed_out']}), peak {r['rss_peak_kib'] / 1024:.1f} MiB, "
+                    f"opened in {r['open_secs']:.1f} s, extra TTFT {r['extra']}, idle {r['idle']}")
+                time.sleep(2)
     finally:
         procs.stop_all()
 
