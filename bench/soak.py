@@ -113,6 +113,14 @@ def main() -> int:
     tol = max(a.tolerance_pct / 100 * first, a.tolerance_mib * 1024) if first else None
     res["flat"] = end is not None and first is not None and end - first <= tol
     res["growth_kib"] = end - first if end is not None and first is not None else None
+    # The trend after the first slice (least squares, KiB per million
+    # requests): a leak grows with the requests; a step (a burst of faster
+    # traffic, an allocator's pool) does not keep growing.
+    pts = [(x["total"] / 1e6, x["rss_kib"]) for x in slices[1:]]
+    if len(pts) >= 3:
+        mx, my = sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts)
+        var = sum((p[0] - mx) ** 2 for p in pts)
+        res["slope_kib_per_m"] = sum((p[0] - mx) * (p[1] - my) for p in pts) / var if var else None
     ok = res["flat"] and res["alive"] and res["errors"] == 0 and res["requests"] >= a.requests and not res["panics"]
 
     mib = lambda k: f"{k / 1024:.1f} MiB" if k is not None else "–"  # noqa: E731
@@ -132,7 +140,9 @@ def main() -> int:
              f"{'+' if (res['growth_kib'] or 0) >= 0 else ''}{mib(res['growth_kib'])} "
              f"(flat within max({a.tolerance_pct:g}%, {a.tolerance_mib:g} MiB) = {mib(tol)}): "
              f"**{'flat' if res['flat'] else 'NOT flat'}**; highest after a slice "
-             f"{mib(max((s['rss_kib'] for s in slices), default=None))}. Verdict: **{'pass' if ok else 'FAIL'}**.")
+             f"{mib(max((s['rss_kib'] for s in slices), default=None))}; trend from slice 2 on "
+             f"(least squares): {bench.fmt(res.get('slope_kib_per_m'), ' KiB', 0)} per million requests. "
+             f"Verdict: **{'pass' if ok else 'FAIL'}**.")
     md = "\n".join(L) + "\n"
     print(md)
     if a.out:
