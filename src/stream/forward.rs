@@ -111,6 +111,37 @@ impl<'a> Plain<'a> {
     }
 }
 
+/// The bytes around the text of a plain delta ([`Plain::read`] said so, with
+/// the text written as it is): a later chunk with the same bytes around a
+/// non-empty string without quote, backslash or control character parses
+/// the same but for its text, so its text is found by comparing bytes, not
+/// by parsing (a model streams every delta in one shape).
+pub(super) struct Template {
+    prefix: Box<str>,
+    suffix: Box<str>,
+}
+
+impl Template {
+    /// From a plain delta whose text is `payload[at..at + len]`.
+    pub fn of(payload: &str, at: usize, len: usize) -> Box<Self> {
+        let (prefix, rest) = payload.split_at(at.min(payload.len()));
+        let suffix = rest.get(len..).unwrap_or_default();
+        Box::new(Template { prefix: prefix.into(), suffix: suffix.into() })
+    }
+
+    /// The text of `payload` when it fits the template.
+    pub fn content<'p>(&self, payload: &'p str) -> Option<&'p str> {
+        let text = payload.strip_prefix(&*self.prefix)?.strip_suffix(&*self.suffix)?;
+        let plain = !text.is_empty() && !text.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20);
+        plain.then_some(text)
+    }
+
+    /// Where a fitting payload's text starts.
+    pub fn at(&self) -> usize {
+        self.prefix.len()
+    }
+}
+
 /// `payload` with the content text at `at..at + len` replaced by `lead`
 /// (whitespace, escaped for JSON) and `body` (unescaped text, as it was in
 /// the payload).
@@ -447,5 +478,24 @@ mod tests {
             assert_ne!(body, WHOLE, "{from}");
             assert!(Whole::read(body.as_bytes()).is_none(), "{body}");
         }
+    }
+
+    #[test]
+    fn a_template_reads_only_deltas_shaped_as_the_one_it_was_made_of() {
+        let payload = PLAIN.replace("\"Hi\"", "\"Hello\"");
+        let p = Plain::read(&payload).expect("plain");
+        let at = p.content_at(&payload).expect("as it is");
+        let t = Template::of(&payload, at, p.content().len());
+        let with = |text: &str| PLAIN.replace("\"Hi\"", &format!("\"{text}\""));
+        assert_eq!(t.content(&with("next words")), Some("next words"));
+        assert_eq!(t.at(), at);
+        assert_eq!(t.content(&with("東京")), Some("東京"));
+        // Escapes, a quote that would end the string, control characters and
+        // no text go to the parser.
+        for odd in ["a\\nb", "a\\\"b", "a\"b", "a\u{1}b", ""] {
+            assert_eq!(t.content(&with(odd)), None, "{odd:?}");
+        }
+        assert_eq!(t.content(&with("x").replace("\"c1\"", "\"c2\"")), None, "another id");
+        assert_eq!(t.content(&with("x").replace("null}]}", "\"stop\"}]}")), None, "a finish reason");
     }
 }

@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
+use super::forward::Template;
 use crate::openai::{Chunk, ChunkChoice, Delta, FunctionDelta, ToolCallDelta, new_call_id};
 use crate::state::conversation::TurnHash;
 use crate::toolcall::{Call, Event, Extractor, FormatSet, Options, ToolIndex};
@@ -83,6 +84,9 @@ struct ChoiceState {
     reasoning_ex: Option<Extractor>,
     /// Calls found in the reasoning, sent at the end if the answer has none.
     reasoning_calls: Vec<Call>,
+    /// The bytes around the text of a plain delta the fast path took: later
+    /// deltas that match are read without parsing (see [`Template`]).
+    template: Option<Box<Template>>,
 }
 
 /// The most reasoning one choice keeps for the round-trip. A stream's
@@ -176,6 +180,7 @@ impl Normalizer {
             call_ids: Vec::new(),
             reasoning_ex: self.s.reasoning_formats.as_ref().map(|f| Extractor::new(f.clone(), self.s.tools.clone())),
             reasoning_calls: Vec::new(),
+            template: None,
         }
     }
 
@@ -242,6 +247,12 @@ impl Normalizer {
         if st.done || !st.role_sent {
             return None;
         }
+        if let Some(t) = &st.template
+            && let Some(text) = t.content(payload)
+        {
+            let at = t.at();
+            return Self::pass(st, text, Some(at), payload);
+        }
         let p = super::forward::Plain::read(payload)?;
         let same = p.index() == st.index
             && !p.says_role()
@@ -252,7 +263,13 @@ impl Normalizer {
         if !same {
             return None;
         }
-        Self::pass(st, &p, payload)
+        let at = p.content_at(payload);
+        if st.template.is_none()
+            && let Some(at) = at
+        {
+            st.template = Some(Template::of(payload, at, p.content().len()));
+        }
+        Self::pass(st, p.content(), at, payload)
     }
 
     /// The response's first chunk, when it is plain and says the role (as
@@ -269,7 +286,7 @@ impl Normalizer {
         let mut st = self.new_choice(p.index());
         st.role_sent = true;
         // Taken only if it passes: otherwise the full path starts afresh.
-        let wire = Self::pass(&mut st, &p, payload)?;
+        let wire = Self::pass(&mut st, p.content(), p.content_at(payload), payload)?;
         self.meta = Meta { id: p.id.to_owned(), created: p.created, model: p.model.to_owned() };
         self.choices.reserve_exact(1);
         self.choices.push(st);
@@ -278,9 +295,8 @@ impl Normalizer {
 
     /// The text of a plain delta through the choice's extractor: `None` when
     /// the extractor wants it (nothing taken), else what to send.
-    fn pass(st: &mut ChoiceState, p: &super::forward::Plain<'_>, payload: &str) -> Option<Option<String>> {
-        let text = p.content();
-        let at = p.content_at(payload);
+    /// `at`: where `text` is in `payload`, written as it is (no escapes).
+    fn pass(st: &mut ChoiceState, text: &str, at: Option<usize>, payload: &str) -> Option<Option<String>> {
         let passed = st.extractor.pass(text, at.is_some())?;
         let body = &text[..passed.keep];
         st.turn.push(&passed.lead);
@@ -694,6 +710,39 @@ fn common_finish(r: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// After one plain delta parsed, the stream's later deltas of the same
+    /// shape are read off its template, and forwarded as they came.
+    #[test]
+    fn plain_deltas_after_the_first_are_read_off_the_template() {
+        let settings = Settings {
+            formats: Arc::new(FormatSet::none()),
+            tools: Arc::default(),
+            starts_in_reasoning: false,
+            reasoning_formats: None,
+            want_usage: false,
+            finish_map: Default::default(),
+            names_back: Default::default(),
+            single_call: false,
+            usage_fields: Default::default(),
+            shown: None,
+        };
+        let mut n = Normalizer::new(settings);
+        let chunk = |delta: &str| {
+            format!(
+                r#"{{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{{"index":0,"delta":{delta},"finish_reason":null}}]}}"#
+            )
+        };
+        let first = chunk(r#"{"role":"assistant","content":"Hi"}"#);
+        assert_eq!(n.forward(first.clone()), Ok(first));
+        assert!(n.choices[0].template.is_none(), "a delta saying the role is not the shape of the rest");
+        for text in ["there", "東京", "a\\nb", "again"] {
+            let c = chunk(&format!(r#"{{"content":"{text}"}}"#));
+            assert_eq!(n.forward(c.clone()), Ok(c));
+        }
+        let t = n.choices[0].template.as_ref().expect("made from the second delta");
+        assert_eq!(t.content(&chunk(r#"{"content":"more"}"#)), Some("more"));
+    }
 
     #[test]
     fn argument_shape_is_read_piece_by_piece() {
