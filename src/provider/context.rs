@@ -22,12 +22,20 @@ pub const OVERFLOW_CODE: &str = "context_length_exceeded";
 pub const WINDOW_FIELD: &str = "context_window";
 pub const TOKENS_FIELD: &str = "prompt_tokens";
 
-/// A provider's windows and overflow patterns, compiled once.
+/// A provider's windows and overflow patterns. The patterns are checked at
+/// start and compiled when an error first needs them: a case-insensitive
+/// pattern with captures holds about 256 KB of matcher, per provider, and
+/// most processes never see an overflow.
 #[derive(Debug, Default)]
 pub struct Context {
     /// Most specific (longest) glob first.
     windows: Vec<(globset::GlobMatcher, u64)>,
-    overflow: Vec<regex::Regex>,
+    patterns: Vec<String>,
+    overflow: std::sync::OnceLock<Vec<regex::Regex>>,
+}
+
+fn compile(pattern: &str) -> Result<regex::Regex, regex::Error> {
+    regex::RegexBuilder::new(pattern).case_insensitive(true).size_limit(1 << 20).build()
 }
 
 impl Context {
@@ -48,14 +56,12 @@ impl Context {
                 .map_err(|e| ConfigError::Invalid(format!("provider {provider}: context_windows glob {g:?}: {e}")))?;
             windows.push((m.compile_matcher(), tokens));
         }
-        let mut overflow = Vec::with_capacity(patterns.len());
         for p in patterns {
-            let re = regex::RegexBuilder::new(p).case_insensitive(true).size_limit(1 << 20).build().map_err(|e| {
+            compile(p).map_err(|e| {
                 ConfigError::Invalid(format!("provider {provider}: [errors] context_overflow {p:?}: {e}"))
             })?;
-            overflow.push(re);
         }
-        Ok(Context { windows, overflow })
+        Ok(Context { windows, patterns: patterns.to_vec(), overflow: Default::default() })
     }
 
     /// `model`'s context window in tokens, when the profile or config knows it.
@@ -74,7 +80,8 @@ impl Context {
             return UpstreamError::Status { status, error };
         }
         let by_code = error.code.as_deref() == Some(OVERFLOW_CODE);
-        let caps = self.overflow.iter().find_map(|re| re.captures(&error.message));
+        let overflow = self.overflow.get_or_init(|| self.patterns.iter().filter_map(|p| compile(p).ok()).collect());
+        let caps = overflow.iter().find_map(|re| re.captures(&error.message));
         if !by_code && caps.is_none() {
             return UpstreamError::Status { status, error };
         }
