@@ -106,22 +106,28 @@ pub struct Provider {
 #[derive(Debug)]
 struct Sight {
     all: Option<bool>,
-    globs: Vec<(globset::GlobMatcher, bool)>,
+    /// Every glob in one set (a matcher each held a regex of its own, per
+    /// provider), most specific (longest) first, with what it says.
+    globs: globset::GlobSet,
+    sees: Vec<bool>,
     default: Option<bool>,
 }
 
 impl Sight {
     fn new(name: &str, pc: &ProviderConfig, profile: &Profile) -> Result<Self, ConfigError> {
-        let mut globs = Vec::new();
+        let mut set = globset::GlobSetBuilder::new();
+        let mut sees = Vec::new();
         let mut by_len: Vec<_> = profile.vision.models.iter().collect();
         by_len.sort_by_key(|(g, _)| std::cmp::Reverse(g.len()));
         for (glob, on) in by_len {
             let g = globset::Glob::new(&glob.to_ascii_lowercase())
                 .map_err(|e| ConfigError::Invalid(format!("provider {name}: [vision] glob {glob:?}: {e}")))?;
-            globs.push((g.compile_matcher(), *on));
+            set.add(g);
+            sees.push(*on);
         }
+        let globs = set.build().map_err(|e| ConfigError::Invalid(format!("provider {name}: [vision] globs: {e}")))?;
         let default = profile.vision.default.or(profile.tools.vision.then_some(true));
-        Ok(Sight { all: pc.vision, globs, default })
+        Ok(Sight { all: pc.vision, globs, sees, default })
     }
 }
 
@@ -199,7 +205,9 @@ impl Provider {
             return Some(all);
         }
         let model = model.to_ascii_lowercase();
-        self.sight.globs.iter().find(|(g, _)| g.is_match(&model)).map(|(_, on)| *on).or(self.sight.default)
+        // The lowest index that matches is the most specific glob.
+        let first = self.sight.globs.matches(&model).into_iter().min();
+        first.and_then(|i| self.sight.sees.get(i).copied()).or(self.sight.default)
     }
 }
 
