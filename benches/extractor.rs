@@ -6,7 +6,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a bench fails by panicking
 
-use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
@@ -234,18 +233,7 @@ fn flat_per_chunk(c: &mut Criterion) {
 }
 
 fn settings(formats: &Arc<FormatSet>, tools: &Arc<ToolIndex>) -> Settings {
-    Settings {
-        formats: formats.clone(),
-        tools: tools.clone(),
-        starts_in_reasoning: false,
-        reasoning_formats: None,
-        want_usage: false,
-        finish_map: BTreeMap::new(),
-        names_back: BTreeMap::new(),
-        single_call: false,
-        usage_fields: Default::default(),
-        shown: None,
-    }
+    Settings { formats: formats.clone(), tools: tools.clone(), ..Default::default() }
 }
 
 fn content_chunk(text: &str) -> Chunk {

@@ -400,14 +400,7 @@ mod tests {
         Settings {
             formats: Arc::new(FormatSet::all()),
             tools: Arc::new(ToolIndex::from_openai(tools.as_array().map(Vec::as_slice).unwrap_or_default())),
-            starts_in_reasoning: false,
-            reasoning_formats: None,
-            want_usage: false,
-            finish_map: Default::default(),
-            names_back: Default::default(),
-            single_call: false,
-            usage_fields: Default::default(),
-            shown: None,
+            ..Default::default()
         }
     }
 

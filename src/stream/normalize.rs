@@ -51,6 +51,25 @@ pub struct Settings {
     pub shown: Option<Arc<crate::recorder::Entry>>,
 }
 
+/// No recovery from text, no declared tools, nothing renamed or mapped:
+/// what a provider with native tool calls runs.
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            formats: Arc::new(FormatSet::none()),
+            tools: Arc::default(),
+            starts_in_reasoning: false,
+            reasoning_formats: None,
+            want_usage: false,
+            finish_map: Default::default(),
+            names_back: Default::default(),
+            single_call: false,
+            usage_fields: Default::default(),
+            shown: None,
+        }
+    }
+}
+
 struct NativeCall {
     upstream_index: Option<u32>,
     upstream_id: Option<String>,
@@ -715,19 +734,7 @@ mod tests {
     /// shape are read off its template, and forwarded as they came.
     #[test]
     fn plain_deltas_after_the_first_are_read_off_the_template() {
-        let settings = Settings {
-            formats: Arc::new(FormatSet::none()),
-            tools: Arc::default(),
-            starts_in_reasoning: false,
-            reasoning_formats: None,
-            want_usage: false,
-            finish_map: Default::default(),
-            names_back: Default::default(),
-            single_call: false,
-            usage_fields: Default::default(),
-            shown: None,
-        };
-        let mut n = Normalizer::new(settings);
+        let mut n = Normalizer::new(Settings::default());
         let chunk = |delta: &str| {
             format!(
                 r#"{{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{{"index":0,"delta":{delta},"finish_reason":null}}]}}"#

@@ -25,14 +25,7 @@ fn settings() -> Settings {
     Settings {
         formats: Arc::new(FormatSet::all()),
         tools: Arc::new(ToolIndex::from_openai(tools.as_array().unwrap())),
-        starts_in_reasoning: false,
-        reasoning_formats: None,
-        want_usage: false,
-        finish_map: Default::default(),
-        names_back: Default::default(),
-        single_call: false,
-        usage_fields: Default::default(),
-        shown: None,
+        ..Default::default()
     }
 }
 
@@ -148,7 +141,7 @@ proptest! {
         let prose = "Plain prose, the common case: tokens like these, \"quoted\", 東京 and é. Then <b>tags</b> [x] {y}\n\nAnd a <thi";
         for text in [TEXT, prose] {
             for tools in [true, false] {
-                let settings = || if tools { settings() } else { Settings { formats: Arc::new(FormatSet::none()), tools: Arc::default(), ..settings() } };
+                let settings = || if tools { settings() } else { Settings::default() };
                 for chunks in [upstream(&pieces(text, &text_cuts), &[NATIVE_ARGS]), odd_chunks(&pieces(text, &text_cuts))] {
                     let (slow, _) = wire(&chunks, false, settings());
                     let (fast, _) = wire(&chunks, true, settings());
@@ -236,7 +229,7 @@ proptest! {
         if shape & 64 != 0 { body["choices"][0]["message"]["tool_calls"] = Value::Null; body["choices"][0]["message"]["reasoning_content"] = Value::Null; }
         if shape & 128 != 0 { body["choices"][0].as_object_mut().unwrap().remove("index"); }
         if shape & 256 != 0 { body["choices"][0]["message"].as_object_mut().unwrap().remove("role"); }
-        let settings = || if tools { settings() } else { Settings { formats: Arc::new(FormatSet::none()), tools: Arc::default(), ..settings() } };
+        let settings = || if tools { settings() } else { Settings::default() };
         if whole_as_is(&body, settings()) {
             prop_assert_eq!(whole_normalized(&body, settings()), body);
         }
@@ -253,7 +246,7 @@ fn plain_whole_answers_are_sent_as_is() {
         "system_fingerprint": "fp_1",
     });
     // Recovery off (native tool calls), as most providers run.
-    let native = || Settings { formats: Arc::new(FormatSet::none()), tools: Arc::default(), ..settings() };
+    let native = || Settings::default();
     assert!(whole_as_is(&body, native()));
     assert_eq!(whole_normalized(&body, native()), body);
     // What the normalizer changes takes the full path: a call in the text,
@@ -277,14 +270,14 @@ fn plain_whole_answers_are_sent_as_is() {
 fn plain_content_deltas_are_forwarded() {
     let words: Vec<String> = (0..40).map(|i| format!(" word{i}")).collect();
     let chunks: Vec<Value> = words.iter().map(|w| chunk(json!({"content": w}), None)).collect();
-    let no_tools = Settings { formats: Arc::new(FormatSet::none()), tools: Arc::default(), ..settings() };
+    let no_tools = Settings::default();
     let (_, forwarded) = wire(&chunks, true, no_tools);
     // All but the first (which opens the response and gets its role).
     assert_eq!(forwarded, 39);
     // A first chunk that says the role itself (Ollama's do) goes as it came.
     let mut said: Vec<Value> = (0..40).map(|i| chunk(json!({"content": format!("w{i}")}), None)).collect();
     said[0]["choices"][0]["delta"]["role"] = json!("assistant");
-    let no_tools = Settings { formats: Arc::new(FormatSet::none()), tools: Arc::default(), ..settings() };
+    let no_tools = Settings::default();
     let (sent, forwarded) = wire(&said, true, no_tools);
     assert_eq!(forwarded, 40);
     assert_eq!(sent[0]["choices"][0]["delta"]["role"], "assistant");
@@ -292,7 +285,7 @@ fn plain_content_deltas_are_forwarded() {
     // Words that end in a space (the space is held until the next word shows
     // no call follows) are forwarded too, the space moved to the next chunk.
     let trailing: Vec<Value> = (0..40).map(|i| chunk(json!({"content": format!("word{i} ")}), None)).collect();
-    let no_tools = Settings { formats: Arc::new(FormatSet::none()), tools: Arc::default(), ..settings() };
+    let no_tools = Settings::default();
     let (sent, forwarded) = wire(&trailing, true, no_tools);
     assert_eq!(forwarded, 39);
     assert_eq!(sent[1]["choices"][0]["delta"]["content"], " word1");
