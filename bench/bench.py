@@ -294,6 +294,22 @@ def litellm_conf(up: int, paced: int, slow: int) -> str:
 # ---------------------------------------------------------------- processes
 
 
+def one_proxy_work(name: str) -> tuple[Path, dict[str, int], Path]:
+    """A fresh target/NAME for the tools that measure one modelshim at a time
+    (memab.py, heap.py): fixtures, ports, the canned upstream's nginx config
+    and modelshim's config."""
+    work = ROOT / "target" / name
+    subprocess.run(["rm", "-rf", str(work)], check=True)
+    for d in ("logs", "nginx-upstream/tmp-body", "nginx-upstream/tmp-proxy"):
+        (work / d).mkdir(parents=True, exist_ok=True)
+    write_fixtures(work)
+    ports = {k: free_port() for k in ("up", "paced", "slow", "modelshim")}
+    (work / "nginx-upstream" / "nginx.conf").write_text(nginx_upstream_conf(work, ports["up"]))
+    conf = work / "modelshim.toml"
+    conf.write_text(modelshim_conf(ports["modelshim"], ports["up"], ports["paced"], ports["slow"]))
+    return work, ports, conf
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

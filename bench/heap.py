@@ -22,7 +22,6 @@ import json
 import os
 import re
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -70,15 +69,7 @@ def main() -> int:
     ap.add_argument("--streams", type=int, default=300)
     ap.add_argument("--depth", type=int, default=2, help="frames per allocation site")
     a = ap.parse_args()
-    work = bench.ROOT / "target" / "bench-heap"
-    subprocess.run(["rm", "-rf", str(work)], check=True)
-    for d in ("logs", "nginx-upstream/tmp-body", "nginx-upstream/tmp-proxy"):
-        (work / d).mkdir(parents=True, exist_ok=True)
-    bench.write_fixtures(work)
-    ports = {k: bench.free_port() for k in ("up", "paced", "slow", "modelshim")}
-    (work / "nginx-upstream" / "nginx.conf").write_text(bench.nginx_upstream_conf(work, ports["up"]))
-    conf = work / "modelshim.toml"
-    conf.write_text(bench.modelshim_conf(ports["modelshim"], ports["up"], ports["paced"], ports["slow"]))
+    work, ports, conf = bench.one_proxy_work("bench-heap")
     dump = work / "dhat.json"
     procs = bench.Procs(work / "logs")
     try:

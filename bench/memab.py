@@ -19,7 +19,6 @@ import http.client
 import os
 import resource
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
@@ -37,15 +36,7 @@ def main() -> int:
 
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    work = bench.ROOT / "target" / "bench-memab"
-    subprocess.run(["rm", "-rf", str(work)], check=True)
-    for d in ("logs", "nginx-upstream/tmp-body", "nginx-upstream/tmp-proxy"):
-        (work / d).mkdir(parents=True, exist_ok=True)
-    bench.write_fixtures(work)
-    ports = {k: bench.free_port() for k in ("up", "paced", "slow", "modelshim")}
-    (work / "nginx-upstream" / "nginx.conf").write_text(bench.nginx_upstream_conf(work, ports["up"]))
-    conf = work / "modelshim.toml"
-    conf.write_text(bench.modelshim_conf(ports["modelshim"], ports["up"], ports["paced"], ports["slow"]))
+    work, ports, conf = bench.one_proxy_work("bench-memab")
     plain = (work / "requests" / "plain.json").read_bytes()
 
     procs = bench.Procs(work / "logs")
