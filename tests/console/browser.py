@@ -116,10 +116,13 @@ def main():
         assert KEY not in page.content(), "the proxy key is on the page"
         assert page.url.endswith("/console/requests/" + sent["tool"][1]), page.url
 
-        # A loop watched while it runs: its tool call shows before the answer.
+        # A loop watched while it runs: its tool call shows before the answer. The page is
+        # open and live before the request starts, so the loop's 2.5 s cover only the update.
+        page.goto(BASE + "/console/requests/req-live-browser")
+        expect(page.locator("#live.on")).to_be_visible()
+        expect(page.locator(".panel.empty")).to_be_visible()
         slow = threading.Thread(target=lambda: sent.__setitem__("slow", chat_id("v/m", "what time is it, slowly?", "req-live-browser")))
         slow.start()
-        page.goto(BASE + "/console/requests/req-live-browser")
         live_call = page.locator('.tool-call[data-tool="current_time"] .result')
         expect(live_call).to_contain_text("+02:00")
         expect(page.locator(".detail-head .badge").first).to_have_text(re.compile("running|live"))
