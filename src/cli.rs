@@ -128,7 +128,11 @@ fn init_logs(json: bool, telemetry: &crate::telemetry::TelemetryConfig) -> Resul
         // Every known secret is redacted from each line, on the log thread.
         .finish(crate::redact::Writer(std::io::BufWriter::with_capacity(64 * 1024, std::io::stderr())));
     let fmt = tracing_subscriber::fmt::layer().with_writer(writer).with_ansi(ansi);
-    let fmt = if json { fmt.json().with_filter(filter).boxed() } else { fmt.with_filter(filter).boxed() };
+    let fmt = if json {
+        fmt.json().with_filter(filter).boxed()
+    } else {
+        fmt.fmt_fields(crate::logline::Fields).with_filter(filter).boxed()
+    };
     // Spans are exported whatever RUST_LOG says about log lines.
     let (otel, guard) = crate::telemetry::layer(telemetry)?;
     let otel = otel.map(|l| l.with_filter(tracing_subscriber::filter::LevelFilter::INFO));

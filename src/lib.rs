@@ -8,6 +8,7 @@ pub mod error;
 pub mod fixture;
 pub mod fronts;
 pub mod idle;
+pub mod logline;
 pub mod metrics;
 pub mod openai;
 pub mod provider;

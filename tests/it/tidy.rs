@@ -23,7 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["metrics", "recorder"],
     &["toolcall"],
     &["openai"],
-    &["config", "redact", "idle"],
+    &["config", "redact", "idle", "logline"],
 ];
 
 /// Shared by the fronts: not a front.
