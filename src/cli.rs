@@ -110,10 +110,11 @@ struct Logging {
 
 fn init_logs(json: bool, telemetry: &crate::telemetry::TelemetryConfig) -> Result<Logging> {
     use tracing_subscriber::Layer as _;
+    use tracing_subscriber::Registry;
+    use tracing_subscriber::filter::FilterExt;
     use tracing_subscriber::layer::SubscriberExt as _;
     use tracing_subscriber::util::SubscriberInitExt as _;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     // Colours only on a terminal: escape codes in a log file are noise, and cost.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     // Lines are written by a log thread through a buffer that is flushed
@@ -127,7 +128,11 @@ fn init_logs(json: bool, telemetry: &crate::telemetry::TelemetryConfig) -> Resul
         .thread_name("modelshim-log")
         // Every known secret is redacted from each line, on the log thread.
         .finish(crate::redact::Writer(std::io::BufWriter::with_capacity(64 * 1024, std::io::stderr())));
-    let fmt = tracing_subscriber::fmt::layer().with_writer(writer).with_ansi(ansi);
+    let filter = match filter {
+        LogFilter::Targets(f) => FilterExt::<Registry>::boxed(*f),
+        LogFilter::Env(f) => FilterExt::<Registry>::boxed(*f),
+    };
+    let fmt = tracing_subscriber::fmt::layer().with_writer(writer).with_ansi(ansi).with_timer(crate::logline::Clock);
     let fmt = if json {
         fmt.json().with_filter(filter).boxed()
     } else {
@@ -138,6 +143,27 @@ fn init_logs(json: bool, telemetry: &crate::telemetry::TelemetryConfig) -> Resul
     let otel = otel.map(|l| l.with_filter(tracing_subscriber::filter::LevelFilter::INFO));
     tracing_subscriber::registry().with(fmt).with(otel).init();
     Ok(Logging { _telemetry: guard, _lines: lines })
+}
+
+enum LogFilter {
+    Targets(Box<tracing_subscriber::filter::Targets>),
+    Env(Box<tracing_subscriber::EnvFilter>),
+}
+
+/// `RUST_LOG` (unset: `info`) as a level per target when it says no more
+/// than that, the common case: an `EnvFilter` takes a lock on every span
+/// entered and left, which every request does many times. Span and field
+/// directives (`[request{id=..}]=debug`) need the `EnvFilter`.
+fn log_filter(var: Option<&str>) -> LogFilter {
+    let spec = var.filter(|v| !v.trim().is_empty()).unwrap_or("info");
+    // Targets would read a span directive as a target name: those go to the EnvFilter.
+    let dynamic = spec.contains(['[', '{']);
+    match spec.parse::<tracing_subscriber::filter::Targets>() {
+        Ok(t) if !dynamic => LogFilter::Targets(Box::new(t)),
+        _ => LogFilter::Env(Box::new(
+            tracing_subscriber::EnvFilter::try_new(spec).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )),
+    }
 }
 
 /// Loads the config and every profile.
@@ -442,4 +468,19 @@ fn providers(flag: Option<PathBuf>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn levels_per_target_take_the_lock_free_filter_and_span_directives_the_env_filter() {
+        for plain in [None, Some(""), Some("info"), Some("modelshim=debug,hyper=warn"), Some("off")] {
+            assert!(matches!(log_filter(plain), LogFilter::Targets(_)), "{plain:?}");
+        }
+        for dynamic in ["[request]=debug", "modelshim[upstream{provider=a}]=trace"] {
+            assert!(matches!(log_filter(Some(dynamic)), LogFilter::Env(_)), "{dynamic}");
+        }
+    }
 }

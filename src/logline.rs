@@ -1,4 +1,4 @@
-//! How the fields of a text log line are written: the same bytes as
+//! How a log line's time and the fields of a text line are written: the same bytes as
 //! tracing-subscriber's default, without its per-field `fmt` machinery for
 //! the common case. Every request writes an access line and opens spans whose
 //! fields are formatted when they open; through the default that was about a
@@ -140,6 +140,74 @@ impl VisitFmt for Visitor<'_> {
     }
 }
 
+/// A line's time as tracing-subscriber's `SystemTime` writes it
+/// (`2026-12-05T10:09:11.123456Z`), with the date and time of the current
+/// second kept per thread: lines in the same second format only their
+/// microseconds.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Clock;
+
+thread_local! {
+    static SECOND: std::cell::Cell<(u64, [u8; 19])> = const { std::cell::Cell::new((u64::MAX, [0; 19])) };
+}
+
+impl tracing_subscriber::fmt::time::FormatTime for Clock {
+    fn format_time(&self, w: &mut Writer<'_>) -> fmt::Result {
+        let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let secs = since.as_secs();
+        let (cached, mut text) = SECOND.get();
+        if cached != secs {
+            match civil(secs) {
+                Some(t) => text = t,
+                // Past year 9999: the default's own format.
+                None => return tracing_subscriber::fmt::time::SystemTime.format_time(w),
+            }
+            SECOND.set((secs, text));
+        }
+        let mut frac = *b".000000Z";
+        let mut micros = since.subsec_micros();
+        for d in frac[1..7].iter_mut().rev() {
+            *d = b'0' + (micros % 10) as u8;
+            micros /= 10;
+        }
+        // Both are ASCII digits and punctuation.
+        w.write_str(std::str::from_utf8(&text).unwrap_or_default())?;
+        w.write_str(std::str::from_utf8(&frac).unwrap_or_default())
+    }
+}
+
+/// `YYYY-MM-DDTHH:MM:SS` of a Unix second (UTC, proleptic Gregorian), for
+/// years up to 9999; the days-to-date step is Howard Hinnant's `civil_from_days`.
+fn civil(secs: u64) -> Option<[u8; 19]> {
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let z = days as i64 + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    if year > 9999 {
+        return None;
+    }
+    let mut out = *b"0000-00-00T00:00:00";
+    let mut put = |at: usize, width: usize, mut v: i64| {
+        for i in (at..at + width).rev() {
+            out[i] = b'0' + (v % 10) as u8;
+            v /= 10;
+        }
+    };
+    put(0, 4, year);
+    put(5, 2, month);
+    put(8, 2, day);
+    put(11, 2, (rem / 3_600) as i64);
+    put(14, 2, (rem / 60 % 60) as i64);
+    put(17, 2, (rem % 60) as i64);
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,6 +271,39 @@ mod tests {
         #[test]
         fn ascii_lines_are_the_defaults(s in "[ -~\t\n]{0,40}", n: u64, i: i64, b: bool) {
             prop_assert_eq!(line(true, &s, n, i, b, false), line(false, &s, n, i, b, false));
+        }
+    }
+
+    fn civil_str(secs: u64) -> String {
+        String::from_utf8(civil(secs).unwrap().to_vec()).unwrap()
+    }
+
+    #[test]
+    fn the_clock_writes_the_defaults_time() {
+        use tracing_subscriber::fmt::time::FormatTime as _;
+        assert_eq!(civil_str(0), "1970-01-01T00:00:00");
+        assert_eq!(civil_str(951_825_599), "2000-02-29T11:59:59");
+        assert_eq!(civil_str(4_107_542_400), "2100-03-01T00:00:00");
+        assert_eq!(civil_str(253_402_300_799), "9999-12-31T23:59:59");
+        assert!(civil(253_402_300_800).is_none());
+        // Now, through both (again if a second turned between them).
+        for _ in 0..3 {
+            let (mut a, mut b) = (String::new(), String::new());
+            Clock.format_time(&mut Writer::new(&mut a)).unwrap();
+            tracing_subscriber::fmt::time::SystemTime.format_time(&mut Writer::new(&mut b)).unwrap();
+            assert_eq!(a.len(), b.len(), "{a} {b}");
+            if a[..19] == b[..19] {
+                return;
+            }
+        }
+        panic!("the clock and the default disagree on the second");
+    }
+
+    proptest! {
+        #[test]
+        fn every_second_is_chronos(secs in 0u64..253_402_300_800) {
+            let want = chrono::DateTime::from_timestamp(secs as i64, 0).unwrap().format("%Y-%m-%dT%H:%M:%S").to_string();
+            prop_assert_eq!(civil_str(secs), want);
         }
     }
 }
