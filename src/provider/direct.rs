@@ -373,13 +373,20 @@ fn decode(kind: &mut Kind, buf: &mut BytesMut, eof: bool) -> io::Result<Step> {
 
 /// Reads what the socket has into `buf`, with room for at least `want`
 /// more bytes (0: the upstream closed the connection).
+///
+/// The room is made once the socket has bytes, not while waiting for them:
+/// an empty buffer is let go first, so a stream waiting for its model's next
+/// token holds no read buffer (its storage is freed when the pieces given
+/// out are), and thousands of slow streams share a few.
 fn poll_read(io: &TcpStream, buf: &mut BytesMut, want: usize, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-    if buf.capacity() - buf.len() < want.min(READ_SIZE) / 4 + 1 {
-        // Reclaims the buffer in place once the pieces given out are dropped.
-        buf.reserve(want);
-    }
     loop {
+        if buf.is_empty() && buf.capacity() > 0 {
+            *buf = BytesMut::new();
+        }
         ready!(io.poll_read_ready(cx))?;
+        if buf.capacity() - buf.len() < want.min(READ_SIZE) / 4 + 1 {
+            buf.reserve(want);
+        }
         match io.try_read_buf(buf) {
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
             r => return Poll::Ready(r),
@@ -918,5 +925,23 @@ mod tests {
             assert_eq!(text(resp).await, "ok");
         }
         assert_eq!(accepted.load(Ordering::Relaxed), 5);
+    }
+
+    #[tokio::test]
+    async fn a_stream_waiting_for_its_next_piece_holds_no_read_buffer() {
+        use http_body::Body as _;
+        // The first piece, then nothing: the model is thinking.
+        const FIRST: &str = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\na\r\ndata: {}\n\n\r\n";
+        // A second answer keeps the server's side open, waiting for a second request.
+        let (c, url, _) = setup(vec![FIRST, FIRST]).await;
+        let mut body = c.send(&url, request(&url)).await.expect("sent").into_body();
+        let piece = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await;
+        let piece = piece.expect("a frame").expect("data").into_data().expect("data");
+        assert_eq!(&piece[..], b"data: {}\n\n");
+        drop(piece);
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(Pin::new(&mut body).poll_frame(&mut cx).is_pending());
+        let held = body.conn.as_ref().map(|c| c.buf.capacity());
+        assert_eq!(held, Some(0), "the waiting stream holds a read buffer");
     }
 }
