@@ -109,6 +109,8 @@ pub async fn begin(
     let super::route::Sent { route, index, plan, reply, conversation, turn } =
         super::route::send(s, ctx, routes, req, bridge.as_ref().map(|b| b as _)).await?;
     let provider = route.provider.clone();
+    // The loop remembers reasoning itself (the splice, or its last turn's).
+    let memo_conversation = if looping { None } else { conversation };
     let tools = if plan.tools_offered { tool_index(&client_tools, &plan.names_back) } else { ToolIndex::default() };
     let settings = Settings {
         formats: provider.formats_for(&route.model, declares_tools, plan.prompt),
@@ -121,9 +123,8 @@ pub async fn begin(
         single_call,
         usage_fields: provider.profile.response.usage.clone(),
         shown: ctx.shown.clone(),
+        remember: memo_conversation.is_some(),
     };
-    // The loop remembers reasoning itself (the splice, or its last turn's).
-    let memo_conversation = if looping { None } else { conversation };
     let mut norm = Normalizer::new(settings);
     let started = match reply {
         Reply::Json(body) => {
@@ -400,6 +401,7 @@ mod tests {
         Settings {
             formats: Arc::new(FormatSet::all()),
             tools: Arc::new(ToolIndex::from_openai(tools.as_array().map(Vec::as_slice).unwrap_or_default())),
+            remember: true,
             ..Default::default()
         }
     }

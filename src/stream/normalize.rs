@@ -49,6 +49,11 @@ pub struct Settings {
     pub usage_fields: std::collections::BTreeMap<String, String>,
     /// The request's console record, told of each call recovered from text.
     pub shown: Option<Arc<crate::recorder::Entry>>,
+    /// Keep each choice's visible turn (hashed) and reasoning for the
+    /// reasoning round trip ([`Normalizer::captures`]): only a profile that
+    /// replays reasoning needs them, and hashing every delta and holding a
+    /// whole reasoning cost every other stream.
+    pub remember: bool,
 }
 
 /// No recovery from text, no declared tools, nothing renamed or mapped:
@@ -66,6 +71,7 @@ impl Default for Settings {
             single_call: false,
             usage_fields: Default::default(),
             shown: None,
+            remember: false,
         }
     }
 }
@@ -97,7 +103,8 @@ struct ChoiceState {
     reasoning: String,
     /// The reasoning grew past [`MAX_KEPT_REASONING`] and is not kept.
     reasoning_dropped: bool,
-    turn: TurnHash,
+    /// `None` unless [`Settings::remember`].
+    turn: Option<TurnHash>,
     call_ids: Vec<String>,
     /// Reads the reasoning for call blocks (see [`Settings::reasoning_formats`]).
     reasoning_ex: Option<Extractor>,
@@ -195,7 +202,7 @@ impl Normalizer {
             done: false,
             reasoning: String::new(),
             reasoning_dropped: false,
-            turn: TurnHash::default(),
+            turn: self.s.remember.then(TurnHash::default),
             call_ids: Vec::new(),
             reasoning_ex: self.s.reasoning_formats.as_ref().map(|f| Extractor::new(f.clone(), self.s.tools.clone())),
             reasoning_calls: Vec::new(),
@@ -318,8 +325,10 @@ impl Normalizer {
     fn pass(st: &mut ChoiceState, text: &str, at: Option<usize>, payload: &str) -> Option<Option<String>> {
         let passed = st.extractor.pass(text, at.is_some())?;
         let body = &text[..passed.keep];
-        st.turn.push(&passed.lead);
-        st.turn.push(body);
+        if let Some(t) = st.turn.as_mut() {
+            t.push(&passed.lead);
+            t.push(body);
+        }
         if passed.lead.is_empty() && passed.keep == text.len() {
             return Some(None);
         }
@@ -391,8 +400,14 @@ impl Normalizer {
                 continue;
             }
             let st = &mut self.choices[ci];
-            st.turn.push(d.content.as_deref().unwrap_or(""));
-            keep_reasoning(&mut st.reasoning, &mut st.reasoning_dropped, d.reasoning_content.as_deref().unwrap_or(""));
+            if let Some(t) = st.turn.as_mut() {
+                t.push(d.content.as_deref().unwrap_or(""));
+                keep_reasoning(
+                    &mut st.reasoning,
+                    &mut st.reasoning_dropped,
+                    d.reasoning_content.as_deref().unwrap_or(""),
+                );
+            }
             if !self.choices[ci].role_sent {
                 d.role = Some("assistant".into());
                 self.choices[ci].role_sent = true;
@@ -585,12 +600,17 @@ impl Normalizer {
     }
 
     /// The turns that made tool calls, with their visible text and reasoning
-    /// (complete once [`finish`](Self::finish) ran).
+    /// (complete once [`finish`](Self::finish) ran; empty of both unless
+    /// [`Settings::remember`]).
     pub fn captures(&self) -> Vec<Capture> {
         self.choices
             .iter()
             .filter(|c| !c.call_ids.is_empty())
-            .map(|c| Capture { call_ids: c.call_ids.clone(), turn: c.turn.clone(), reasoning: c.reasoning.clone() })
+            .map(|c| Capture {
+                call_ids: c.call_ids.clone(),
+                turn: c.turn.clone().unwrap_or_default(),
+                reasoning: c.reasoning.clone(),
+            })
             .collect()
     }
 
@@ -764,6 +784,45 @@ mod tests {
         assert!(whole(&["{\"a\": \"}\\\"\"", "}"]));
         assert!(!whole(&[""]));
         assert!(whole(&["[1, [2]]"]));
+    }
+
+    /// What the reasoning round trip needs is kept only when it is asked for:
+    /// otherwise a stream hashed every delta and held its whole reasoning.
+    #[test]
+    fn a_stream_remembers_its_turn_only_when_asked() {
+        let chunk = |delta: &str, finish: &str| {
+            format!(
+                r#"{{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{{"index":0,"delta":{delta},"finish_reason":{finish}}}]}}"#
+            )
+        };
+        let run = |remember: bool| {
+            let mut n = Normalizer::new(Settings { remember, ..Default::default() });
+            for (delta, finish) in [
+                (r#"{"role":"assistant","reasoning_content":"think first"}"#, "null"),
+                (r#"{"content":"Let me look."}"#, "null"),
+                (r#"{"content":" Calling."}"#, "null"),
+                (
+                    r#"{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"f","arguments":"{}"}}]}"#,
+                    "null",
+                ),
+                ("{}", r#""tool_calls""#),
+            ] {
+                if let Err(payload) = n.forward(chunk(delta, finish)) {
+                    n.push(serde_json::from_str(&payload).expect("a chunk"), &mut Vec::new());
+                }
+            }
+            n.finish(&mut Vec::new());
+            n
+        };
+        let kept = run(true);
+        let c = kept.captures();
+        assert_eq!((c.len(), c[0].reasoning.as_str()), (1, "think first"));
+        let mut text = crate::state::conversation::TurnHash::default();
+        text.push("Let me look. Calling.");
+        assert_eq!(c[0].turn.digest(&c[0].call_ids), text.digest(&c[0].call_ids));
+        let not = run(false);
+        assert!(not.choices[0].turn.is_none());
+        assert_eq!(not.choices[0].reasoning.capacity(), 0, "the reasoning was held");
     }
 
     /// A stream's reasoning is not kept past its cap (it was held for the
