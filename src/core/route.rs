@@ -209,7 +209,7 @@ fn measured(
                 let Ok(data) = ev else { return };
                 turn.event();
                 // Only the chunk carrying usage is parsed twice.
-                if data.contains("\"usage\"")
+                if crate::stream::usage::may_carry_usage(data)
                     && let Ok(v) = serde_json::from_str::<Value>(data)
                     && let Some(u) = v.get("usage").filter(|u| u.is_object())
                 {
