@@ -31,15 +31,35 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Events ready at the same time are joined into one frame up to this size.
 const MAX_FRAME: usize = 16 * 1024;
 
-/// One SSE event, already in wire form.
+/// One SSE event.
 #[derive(Debug, Clone)]
-pub struct Event(Bytes);
+pub struct Event(Wire);
+
+#[derive(Debug, Clone)]
+enum Wire {
+    /// Already in wire form.
+    Bytes(Bytes),
+    /// `data: <this>\n\n`, a text of one line framed where it is written: a
+    /// frame of several events copies it once, and a lone event is one
+    /// allocation of exactly its size.
+    Line(String),
+}
 
 impl Event {
     /// `data: <text>`. `text` is JSON (or `[DONE]`) everywhere we send it;
     /// a line break in it would still be split into `data:` lines.
     pub fn data(text: &str) -> Self {
         Self::build(None, text)
+    }
+
+    /// [`data`](Self::data) of a text the caller hands over (a chunk as the
+    /// upstream wrote it).
+    pub fn data_owned(text: String) -> Self {
+        if memchr::memchr2(b'\n', b'\r', text.as_bytes()).is_none() {
+            Event(Wire::Line(text))
+        } else {
+            Self::data(&text)
+        }
     }
 
     /// `event: <name>` then `data: <text>`.
@@ -56,30 +76,43 @@ impl Event {
             b.extend_from_slice(b"\n");
         }
         b.extend_from_slice(b"\n");
-        Event(b.freeze())
+        Event(Wire::Bytes(b.freeze()))
     }
 
     fn build(name: Option<&str>, text: &str) -> Self {
-        let mut b = BytesMut::with_capacity(text.len() + 16 + name.map_or(0, |n| n.len() + 8));
+        let one = memchr::memchr(b'\n', text.as_bytes()).is_none();
+        fn line(l: &str) -> &str {
+            l.trim_end_matches('\r')
+        }
+        // Exactly the size written: a buffer with room left over becomes
+        // `Bytes` through a second allocation.
+        let head = name.map_or(0, |n| n.len() + 8);
+        let size = if one {
+            head + line(text).len() + 8
+        } else {
+            head + text.split('\n').map(|l| line(l).len() + 7).sum::<usize>() + 1
+        };
+        let mut b = Vec::with_capacity(size);
         if let Some(n) = name {
             b.extend_from_slice(b"event: ");
             b.extend_from_slice(n.as_bytes());
             b.extend_from_slice(b"\n");
         }
-        if memchr::memchr(b'\n', text.as_bytes()).is_none() {
+        if one {
             // One line, as every JSON payload: no per-character split.
             b.extend_from_slice(b"data: ");
-            b.extend_from_slice(text.trim_end_matches('\r').as_bytes());
+            b.extend_from_slice(line(text).as_bytes());
             b.extend_from_slice(b"\n\n");
-            return Event(b.freeze());
-        }
-        for line in text.split('\n') {
-            b.extend_from_slice(b"data: ");
-            b.extend_from_slice(line.trim_end_matches('\r').as_bytes());
+        } else {
+            for l in text.split('\n') {
+                b.extend_from_slice(b"data: ");
+                b.extend_from_slice(line(l).as_bytes());
+                b.extend_from_slice(b"\n");
+            }
             b.extend_from_slice(b"\n");
         }
-        b.extend_from_slice(b"\n");
-        Event(b.freeze())
+        debug_assert_eq!(b.len(), size);
+        Event(Wire::Bytes(Bytes::from(b)))
     }
 
     /// `data: <json>` serialized in place (JSON has no raw line breaks).
@@ -88,11 +121,39 @@ impl Event {
         buf.extend_from_slice(b"data: ");
         serde_json::to_writer(&mut buf, value)?;
         buf.extend_from_slice(b"\n\n");
-        Ok(Event(Bytes::from(buf)))
+        Ok(Event(Wire::Bytes(Bytes::from(buf))))
     }
 
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
+    fn len(&self) -> usize {
+        match &self.0 {
+            Wire::Bytes(b) => b.len(),
+            Wire::Line(s) => s.len() + 8,
+        }
+    }
+
+    fn write_to(&self, frame: &mut BytesMut) {
+        match &self.0 {
+            Wire::Bytes(b) => frame.extend_from_slice(b),
+            Wire::Line(s) => {
+                frame.extend_from_slice(b"data: ");
+                frame.extend_from_slice(s.as_bytes());
+                frame.extend_from_slice(b"\n\n");
+            }
+        }
+    }
+
+    /// The event in wire form.
+    pub fn into_bytes(self) -> Bytes {
+        match self.0 {
+            Wire::Bytes(b) => b,
+            Wire::Line(s) => {
+                let mut b = Vec::with_capacity(s.len() + 8);
+                b.extend_from_slice(b"data: ");
+                b.extend_from_slice(s.as_bytes());
+                b.extend_from_slice(b"\n\n");
+                Bytes::from(b)
+            }
+        }
     }
 }
 
@@ -114,7 +175,7 @@ pub fn error(e: &ErrorObject) -> Event {
 
 /// The last event of a successful stream.
 pub fn done() -> Event {
-    Event(Bytes::from_static(b"data: [DONE]\n\n"))
+    Event(Wire::Bytes(Bytes::from_static(b"data: [DONE]\n\n")))
 }
 
 /// The SSE response around a stream of events.
@@ -153,19 +214,19 @@ impl Stream for Frames {
             return Poll::Ready(None);
         }
         let mut frame: Option<BytesMut> = None;
-        let mut single: Option<Bytes> = None;
+        let mut single: Option<Event> = None;
         loop {
             match this.events.as_mut().poll_next(cx) {
-                Poll::Ready(Some(Event(b))) => {
+                Poll::Ready(Some(ev)) => {
                     match (&mut frame, single.take()) {
-                        (Some(f), _) => f.extend_from_slice(&b),
+                        (Some(f), _) => ev.write_to(f),
                         (None, Some(first)) => {
-                            let mut f = BytesMut::with_capacity((first.len() + b.len()).max(4096));
-                            f.extend_from_slice(&first);
-                            f.extend_from_slice(&b);
+                            let mut f = BytesMut::with_capacity((first.len() + ev.len()).max(4096));
+                            first.write_to(&mut f);
+                            ev.write_to(&mut f);
                             frame = Some(f);
                         }
-                        (None, None) => single = Some(b),
+                        (None, None) => single = Some(ev),
                     }
                     if frame.as_ref().is_some_and(|f| f.len() >= MAX_FRAME) {
                         break;
@@ -178,7 +239,7 @@ impl Stream for Frames {
                 Poll::Pending => break,
             }
         }
-        if let Some(out) = frame.map(BytesMut::freeze).or(single) {
+        if let Some(out) = frame.map(BytesMut::freeze).or_else(|| single.map(Event::into_bytes)) {
             this.idle.touch();
             return Poll::Ready(Some(Ok(out)));
         }
@@ -195,15 +256,27 @@ mod tests {
     use futures_util::StreamExt;
     use tokio::time::Instant;
 
+    proptest::proptest! {
+        #[test]
+        fn an_owned_text_is_the_same_event(text in "(?s).{0,40}") {
+            let want = Event::data(&text).into_bytes();
+            let mut frame = BytesMut::new();
+            Event::data_owned(text.clone()).write_to(&mut frame);
+            proptest::prop_assert_eq!(&frame[..], &want[..]);
+            proptest::prop_assert_eq!(Event::data_owned(text.clone()).len(), want.len());
+            proptest::prop_assert_eq!(Event::data_owned(text).into_bytes(), want);
+        }
+    }
+
     #[test]
     fn events_in_wire_form() {
-        assert_eq!(Event::data("{\"a\":1}").as_bytes(), b"data: {\"a\":1}\n\n");
-        assert_eq!(Event::named("response.created", "{}").as_bytes(), b"event: response.created\ndata: {}\n\n");
-        assert_eq!(Event::data("a\nb").as_bytes(), b"data: a\ndata: b\n\n");
-        assert_eq!(Event::data("a\r\nb\r").as_bytes(), b"data: a\ndata: b\n\n");
-        assert_eq!(Event::data("a\r").as_bytes(), b"data: a\n\n");
-        assert_eq!(Event::comment("tool_trace {}").as_bytes(), b": tool_trace {}\n\n");
-        assert_eq!(done().as_bytes(), b"data: [DONE]\n\n");
+        assert_eq!(Event::data("{\"a\":1}").into_bytes(), &b"data: {\"a\":1}\n\n"[..]);
+        assert_eq!(Event::named("response.created", "{}").into_bytes(), &b"event: response.created\ndata: {}\n\n"[..]);
+        assert_eq!(Event::data("a\nb").into_bytes(), &b"data: a\ndata: b\n\n"[..]);
+        assert_eq!(Event::data("a\r\nb\r").into_bytes(), &b"data: a\ndata: b\n\n"[..]);
+        assert_eq!(Event::data("a\r").into_bytes(), &b"data: a\n\n"[..]);
+        assert_eq!(Event::comment("tool_trace {}").into_bytes(), &b": tool_trace {}\n\n"[..]);
+        assert_eq!(done().into_bytes(), &b"data: [DONE]\n\n"[..]);
     }
 
     #[tokio::test]
