@@ -65,7 +65,11 @@ def main() -> int:
                 if m.get("ready") != a.streams:
                     raise RuntimeError(f"{path}: {m.get('ready')} of {a.streams} streams opened")
                 results[spec].append(m["kib_per_1000"] / 1024)
-                bench.log(f"round {r + 1}: {spec}: {results[spec][-1]:.1f} MiB per 1,000 open streams")
+                mib = lambda k: f"{m[k] / 1024:.1f}"  # noqa: E731
+                bench.log(f"round {r + 1}: {spec}: {results[spec][-1]:.1f} MiB per 1,000 open streams "
+                          f"(RSS before {mib('rss_before_kib')}, open {mib('rss_open_kib')}, after close "
+                          f"{mib('rss_after_close_kib')}; second wave open {mib('rss_open2_kib')}, after close "
+                          f"{mib('rss_after_close2_kib')} MiB)")
     finally:
         procs.stop_all()
     for spec, xs in results.items():
