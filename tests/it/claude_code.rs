@@ -237,6 +237,57 @@ fn shapes(raw: &[u8]) -> String {
     out
 }
 
+/// `claude -p prompt` in `cwd` against `base`, with only `tools` allowed
+/// outright (root may not skip permissions), in an environment of its own:
+/// its home, the proxy key, no traffic but the API, no retries.
+fn claude_print(
+    claude: &std::path::Path,
+    home: &std::path::Path,
+    cwd: &std::path::Path,
+    base: &str,
+    prompt: &str,
+    tools: &str,
+) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(claude);
+    cmd.args(["-p", prompt])
+        .args(["--permission-mode", "acceptEdits", "--allowedTools", tools])
+        .args(["--no-session-persistence", "--max-budget-usd", "5"])
+        .current_dir(cwd)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("CLAUDE_CONFIG_DIR", home.join(".claude"))
+        .env("ANTHROPIC_BASE_URL", base)
+        .env("ANTHROPIC_API_KEY", KEY)
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("DISABLE_ERROR_REPORTING", "1")
+        .env("CLAUDE_CODE_MAX_RETRIES", "0")
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true);
+    cmd
+}
+
+/// The command's output, within two minutes.
+async fn finished(mut cmd: tokio::process::Command) -> std::process::Output {
+    tokio::time::timeout(Duration::from_secs(120), cmd.output()).await.expect("claude -p finished").unwrap()
+}
+
+/// What a failing assertion prints: Claude Code's exit, output, what it sent
+/// through the relay, and the upstream's requests by model and length.
+fn account(out: &std::process::Output, seen: &Mutex<Vec<u8>>, requests: &[Value]) -> String {
+    format!(
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}\nClaude Code sent:\n{}\nupstream got {} requests: {:#?}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        shapes(&seen.lock().unwrap()),
+        requests.len(),
+        requests.iter().map(|b| (b["model"].clone(), b["messages"].as_array().map(Vec::len))).collect::<Vec<_>>(),
+    )
+}
+
 /// Runs `claude -p` on the task (with `--model` if given, in the output
 /// format given) against a fresh proxy and upstream, and checks the file,
 /// the answer and the reasoning round trip.
@@ -270,41 +321,20 @@ async fn write_then_edit(model: Option<&str>, format: &str, hermes: bool) {
     .await;
     let (base, seen) = relay(proxy.addr).await;
 
-    let mut cmd = tokio::process::Command::new(&claude);
-    cmd.args(["-p", "Create notes.txt saying status: draft, then edit it to say final."])
-        .args(["--output-format", format])
+    let mut cmd = claude_print(
+        &claude,
+        &home,
+        &cwd,
+        &base,
+        "Create notes.txt saying status: draft, then edit it to say final.",
+        "Write Edit Read",
+    );
+    cmd.args(["--output-format", format])
         .args(Some("--verbose").filter(|_| format == "stream-json"))
-        .args(model.map(|m| ["--model", m]).into_iter().flatten())
-        // Root may not skip permissions; these tools are allowed outright.
-        .args(["--permission-mode", "acceptEdits", "--allowedTools", "Write Edit Read"])
-        .args(["--no-session-persistence", "--max-budget-usd", "5"])
-        .current_dir(&cwd)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .env("CLAUDE_CONFIG_DIR", home.join(".claude"))
-        .env("ANTHROPIC_BASE_URL", &base)
-        .env("ANTHROPIC_API_KEY", KEY)
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .env("DISABLE_TELEMETRY", "1")
-        .env("DISABLE_AUTOUPDATER", "1")
-        .env("DISABLE_ERROR_REPORTING", "1")
-        .env("CLAUDE_CODE_MAX_RETRIES", "0")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output()).await.expect("claude -p finished").unwrap();
+        .args(model.map(|m| ["--model", m]).into_iter().flatten());
+    let out = finished(cmd).await;
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    let report = || {
-        let requests = log.lock().unwrap().clone();
-        format!(
-            "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}\nClaude Code sent:\n{}\nupstream got {} requests: {:#?}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr),
-            shapes(&seen.lock().unwrap()),
-            requests.len(),
-            requests.iter().map(|b| (b["model"].clone(), b["messages"].as_array().map(Vec::len))).collect::<Vec<_>>(),
-        )
-    };
+    let report = || account(&out, &seen, &log.lock().unwrap());
     assert!(out.status.success(), "{}", report());
     // `json` prints the result; `stream-json` a line per event, the result last.
     let result: Value = stdout
@@ -444,35 +474,12 @@ async fn overflowing(prompt: &str, overflow_at: usize) -> (String, Vec<Value>, S
     })
     .await;
     let (base, seen) = relay(proxy.addr).await;
-    let mut cmd = tokio::process::Command::new(&claude);
-    cmd.args(["-p", prompt])
-        .args(["--output-format", "json", "--model", "claude-sonnet-4-5"])
-        .args(["--permission-mode", "acceptEdits", "--allowedTools", "Write Edit Read"])
-        .args(["--no-session-persistence", "--max-budget-usd", "5"])
-        .current_dir(&cwd)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .env("CLAUDE_CONFIG_DIR", home.join(".claude"))
-        .env("ANTHROPIC_BASE_URL", &base)
-        .env("ANTHROPIC_API_KEY", KEY)
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .env("DISABLE_TELEMETRY", "1")
-        .env("DISABLE_AUTOUPDATER", "1")
-        .env("DISABLE_ERROR_REPORTING", "1")
-        .env("CLAUDE_CODE_MAX_RETRIES", "0")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output()).await.expect("claude -p finished").unwrap();
+    let mut cmd = claude_print(&claude, &home, &cwd, &base, prompt, "Write Edit Read");
+    cmd.args(["--output-format", "json", "--model", "claude-sonnet-4-5"]);
+    let out = finished(cmd).await;
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let requests = log.lock().unwrap().clone();
-    let report = format!(
-        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}\nClaude Code sent:\n{}\nupstream got: {:#?}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr),
-        shapes(&seen.lock().unwrap()),
-        requests.iter().map(|b| (b["model"].clone(), b["messages"].as_array().map(Vec::len))).collect::<Vec<_>>(),
-    );
+    let report = account(&out, &seen, &requests);
     (stdout, requests, report)
 }
 
@@ -601,35 +608,13 @@ async fn claude_code_reads_a_screenshot_through_a_text_only_model() {
     })
     .await;
     let (base, seen) = relay(proxy.addr).await;
-    let mut cmd = tokio::process::Command::new(&claude);
-    cmd.args(["-p", "Read shot.png and tell me what the error in it says."])
-        .args(["--output-format", "json", "--model", "claude-sonnet-4-5"])
-        .args(["--permission-mode", "acceptEdits", "--allowedTools", "Read"])
-        .args(["--no-session-persistence", "--max-budget-usd", "5"])
-        .current_dir(&cwd)
-        .env_clear()
-        .env("PATH", std::env::var("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .env("CLAUDE_CONFIG_DIR", home.join(".claude"))
-        .env("ANTHROPIC_BASE_URL", &base)
-        .env("ANTHROPIC_API_KEY", KEY)
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .env("DISABLE_TELEMETRY", "1")
-        .env("DISABLE_AUTOUPDATER", "1")
-        .env("DISABLE_ERROR_REPORTING", "1")
-        .env("CLAUDE_CODE_MAX_RETRIES", "0")
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(Duration::from_secs(120), cmd.output()).await.expect("claude -p finished").unwrap();
+    let mut cmd =
+        claude_print(&claude, &home, &cwd, &base, "Read shot.png and tell me what the error in it says.", "Read");
+    cmd.args(["--output-format", "json", "--model", "claude-sonnet-4-5"]);
+    let out = finished(cmd).await;
     let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     let requests = log.lock().unwrap().clone();
-    let report = format!(
-        "exit {:?}\nstdout:\n{stdout}\nstderr:\n{}\nClaude Code sent:\n{}\nupstream got: {:#?}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr),
-        shapes(&seen.lock().unwrap()),
-        requests.iter().map(|b| (b["model"].clone(), b["messages"].as_array().map(Vec::len))).collect::<Vec<_>>(),
-    );
+    let report = account(&out, &seen, &requests);
     assert!(out.status.success(), "{report}");
     let result: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|_| panic!("{report}"));
     assert_eq!(result["result"], SHOT_ANSWER, "{report}");
