@@ -237,6 +237,26 @@ fn shapes(raw: &[u8]) -> String {
     out
 }
 
+/// A home and a project folder for one Claude Code run, in a temporary folder
+/// that goes with the first value.
+fn workdir() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let work = tempfile::tempdir().unwrap();
+    let (home, cwd) = (work.path().join("home"), work.path().join("project"));
+    std::fs::create_dir_all(&home).unwrap();
+    std::fs::create_dir_all(&cwd).unwrap();
+    (work, home, cwd)
+}
+
+/// The proxy takes `extra`'s keys and model names, and passes the
+/// upstream's first answer on (no retry, no breaker): what Claude Code does
+/// with it is the test.
+fn answers_once(c: &mut Config, extra: &Config) {
+    c.upstream.breaker_failures = 0;
+    c.upstream.retries = Some(0);
+    c.auth = extra.auth.clone();
+    c.models = extra.models.clone();
+}
+
 /// `claude -p prompt` in `cwd` against `base`, with only `tools` allowed
 /// outright (root may not skip permissions), in an environment of its own:
 /// its home, the proxy key, no traffic but the API, no retries.
@@ -293,10 +313,7 @@ fn account(out: &std::process::Output, seen: &Mutex<Vec<u8>>, requests: &[Value]
 /// the answer and the reasoning round trip.
 async fn write_then_edit(model: Option<&str>, format: &str, hermes: bool) {
     let claude = tokio::task::spawn_blocking(claude_env).await.unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let (home, cwd) = (work.path().join("home"), work.path().join("project"));
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::create_dir_all(&cwd).unwrap();
+    let (_work, home, cwd) = workdir();
     let notes = cwd.canonicalize().unwrap().join("notes.txt");
 
     let upstream = MockServer::start().await;
@@ -313,10 +330,7 @@ async fn write_then_edit(model: Option<&str>, format: &str, hermes: bool) {
     // reaches the upstream only if Claude Code's history carried it back.
     let profile = "[tools]\nformats = { \"*\" = [\"deepseek_v32_dsml\", \"hermes\"] }\n";
     let proxy = proxy_with(profile, &upstream.uri(), |c| {
-        c.upstream.breaker_failures = 0;
-        c.upstream.retries = Some(0);
-        c.auth = extra.auth;
-        c.models = extra.models;
+        answers_once(c, &extra);
     })
     .await;
     let (base, seen) = relay(proxy.addr).await;
@@ -440,10 +454,7 @@ impl Respond for Overflowing {
 /// upstream's requests, and a report for failures.
 async fn overflowing(prompt: &str, overflow_at: usize) -> (String, Vec<Value>, String) {
     let claude = tokio::task::spawn_blocking(claude_env).await.unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let (home, cwd) = (work.path().join("home"), work.path().join("project"));
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::create_dir_all(&cwd).unwrap();
+    let (_work, home, cwd) = workdir();
     let notes = cwd.canonicalize().unwrap().join("notes.txt");
     let upstream = MockServer::start().await;
     let log: Log = Arc::default();
@@ -467,10 +478,7 @@ async fn overflowing(prompt: &str, overflow_at: usize) -> (String, Vec<Value>, S
         windows.join("\n")
     );
     let proxy = proxy_with(&profile, &upstream.uri(), |c| {
-        c.upstream.breaker_failures = 0;
-        c.upstream.retries = Some(0);
-        c.auth = extra.auth;
-        c.models = extra.models;
+        answers_once(c, &extra);
     })
     .await;
     let (base, seen) = relay(proxy.addr).await;
@@ -577,10 +585,7 @@ impl Respond for TextOnlyReader {
 #[tokio::test(flavor = "multi_thread")]
 async fn claude_code_reads_a_screenshot_through_a_text_only_model() {
     let claude = tokio::task::spawn_blocking(claude_env).await.unwrap();
-    let work = tempfile::tempdir().unwrap();
-    let (home, cwd) = (work.path().join("home"), work.path().join("project"));
-    std::fs::create_dir_all(&home).unwrap();
-    std::fs::create_dir_all(&cwd).unwrap();
+    let (_work, home, cwd) = workdir();
     let shot = cwd.canonicalize().unwrap().join("shot.png");
     let png = base64::Engine::decode(&base64::engine::general_purpose::STANDARD, SHOT_PNG).unwrap();
     std::fs::write(&shot, png).unwrap();
@@ -597,10 +602,7 @@ async fn claude_code_reads_a_screenshot_through_a_text_only_model() {
     // `v` cannot see (its profile says so); `eyes`, on the same upstream, can.
     let profile = "[tools]\nformats = { \"*\" = [\"hermes\"] }\n[vision]\ndefault = false\n";
     let proxy = proxy_with(profile, &upstream.uri(), |c| {
-        c.upstream.breaker_failures = 0;
-        c.upstream.retries = Some(0);
-        c.auth = extra.auth;
-        c.models = extra.models;
+        answers_once(c, &extra);
         c.vision_bridge = extra.vision_bridge;
         let mut eyes = c.providers["v"].clone();
         eyes.vision = Some(true);
