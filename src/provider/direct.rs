@@ -378,20 +378,24 @@ fn decode(kind: &mut Kind, buf: &mut BytesMut, eof: bool) -> io::Result<Step> {
 /// an empty buffer is let go first, so a stream waiting for its model's next
 /// token holds no read buffer (its storage is freed when the pieces given
 /// out are), and thousands of slow streams share a few.
-fn poll_read(io: &TcpStream, buf: &mut BytesMut, want: usize, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
-    loop {
-        if buf.is_empty() && buf.capacity() > 0 {
-            *buf = BytesMut::new();
-        }
-        ready!(io.poll_read_ready(cx))?;
-        if buf.capacity() - buf.len() < want.min(READ_SIZE) / 4 + 1 {
-            buf.reserve(want);
-        }
-        match io.try_read_buf(buf) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            r => return Poll::Ready(r),
-        }
+///
+/// The read is tokio's own `poll_read`, which forgets the socket's readiness
+/// after a short read: the next wait costs no `recvfrom` that finds nothing,
+/// and [`Conn::usable`] can trust the readiness of an idle connection.
+fn poll_read(io: &mut TcpStream, buf: &mut BytesMut, want: usize, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+    if buf.is_empty() && buf.capacity() > 0 {
+        *buf = BytesMut::new();
     }
+    ready!(io.poll_read_ready(cx))?;
+    if buf.capacity() - buf.len() < want.min(READ_SIZE) / 4 + 1 {
+        buf.reserve(want);
+    }
+    let r = tokio_util::io::poll_read_buf(Pin::new(io), cx, buf);
+    // A stale readiness: nothing came after all, and the wait holds nothing.
+    if r.is_pending() && buf.is_empty() {
+        *buf = BytesMut::new();
+    }
+    r
 }
 
 /// A connection and what was read on it beyond the last answer (nothing,
@@ -425,7 +429,7 @@ impl Conn {
             if self.buf.len() >= MAX_HEAD {
                 return Err(fail(invalid("a head longer than 64 KiB")));
             }
-            let (io, buf) = (&self.io, &mut self.buf);
+            let (io, buf) = (&mut self.io, &mut self.buf);
             match std::future::poll_fn(|cx| poll_read(io, buf, READ_SIZE, cx)).await {
                 Ok(0) => return Err(fail(truncated())),
                 Ok(_) => {}
@@ -436,10 +440,23 @@ impl Conn {
 
     /// Whether an idle connection may take a request: not idle too long,
     /// not closed by the upstream, nothing unasked-for sent on it.
+    ///
+    /// No readiness since its last read (which was short, see [`poll_read`])
+    /// means nothing came since, no byte and no close, and costs no syscall;
+    /// else one read looks. A close not yet seen by the runtime is the case
+    /// [`Connector::send`] sends again for.
     fn usable(&self) -> bool {
-        let mut probe = [0u8; 1];
-        self.idle_since.elapsed() < IDLE_LIMIT
-            && matches!(self.io.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        if self.idle_since.elapsed() >= IDLE_LIMIT {
+            return false;
+        }
+        match self.io.poll_read_ready(&mut Context::from_waker(Waker::noop())) {
+            Poll::Pending => true,
+            Poll::Ready(Err(_)) => false,
+            Poll::Ready(Ok(())) => {
+                let mut probe = [0u8; 1];
+                matches!(self.io.try_read(&mut probe), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+            }
+        }
     }
 }
 
@@ -534,7 +551,7 @@ impl http_body::Body for Body {
                     this.ended();
                     return Poll::Ready(None);
                 }
-                Ok(Step::More) => match ready!(poll_read(&conn.io, &mut conn.buf, want, cx)) {
+                Ok(Step::More) => match ready!(poll_read(&mut conn.io, &mut conn.buf, want, cx)) {
                     Ok(n) => {
                         this.eof = n == 0;
                         continue;
@@ -577,7 +594,7 @@ impl Drop for Body {
             match decode(&mut self.kind, &mut conn.buf, self.eof) {
                 Ok(Step::Data(b)) if drained + b.len() <= MAX_DRAIN => drained += b.len(),
                 Ok(Step::End) => self.ended(),
-                Ok(Step::More) => match poll_read(&conn.io, &mut conn.buf, READ_SIZE, &mut cx) {
+                Ok(Step::More) => match poll_read(&mut conn.io, &mut conn.buf, READ_SIZE, &mut cx) {
                     Poll::Ready(Ok(n)) if n > 0 => {}
                     _ => self.conn = None,
                 },
@@ -695,6 +712,24 @@ mod tests {
         let second = c.send(&url, request(&url)).await.expect("second");
         assert_eq!((text(first).await, text(second).await), ("ok".into(), "ok".into()));
         assert_eq!(accepted.load(Ordering::Relaxed), 2);
+    }
+
+    #[tokio::test]
+    async fn an_idle_connection_is_taken_back_without_a_read() {
+        // Its answer read to the end, the socket's readiness is spent: taking
+        // the connection back needs no read that finds nothing.
+        let (c, url, accepted) = setup(vec![OK, OK]).await;
+        let resp = c.send(&url, request(&url)).await.expect("sent");
+        assert_eq!(text(resp).await, "ok");
+        let ready = IDLE.with(|idle| {
+            let idle = idle.borrow();
+            let conn = idle.iter().find(|(h, _)| *h == url.host).and_then(|(_, conns)| conns.last()).expect("kept");
+            conn.io.poll_read_ready(&mut Context::from_waker(Waker::noop())).is_ready()
+        });
+        assert!(!ready, "an idle connection is still marked readable");
+        let resp = c.send(&url, request(&url)).await.expect("sent");
+        assert_eq!(text(resp).await, "ok");
+        assert_eq!(accepted.load(Ordering::Relaxed), 1);
     }
 
     #[tokio::test]
