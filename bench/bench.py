@@ -22,6 +22,7 @@ import http.client
 import json
 import os
 import platform
+import re
 import resource
 import shlex
 import signal
@@ -943,6 +944,13 @@ def perf_profile(pid: int, url: str, body: Path, secs: float, work: Path) -> str
 # ---------------------------------------------------------------- report
 
 
+def floor_hyper() -> str:
+    """The hyper bench/floor is built with (its Cargo.lock), for the report."""
+    lock = (BENCH / "floor" / "Cargo.lock").read_text()
+    m = re.search(r'name = "hyper"\nversion = "([^"]+)"', lock)
+    return f"hyper {m.group(1)}" if m else "hyper ?"
+
+
 def machine() -> dict:
     cpu = "unknown"
     try:
@@ -1133,7 +1141,9 @@ def nginx_ratios(res: dict) -> list[str]:
     targets interleaved) and RSS per 1,000 open streams, beside the goals."""
     lr, pr, mem, many = res.get("load", {}), res.get("paced") or {}, res.get("memory", {}), res.get("many") or {}
     sides = ["modelshim"] + (["baseline"] if res.get("baseline") else [])
-    head = " | ".join(f"{s}{' (new)' if s == 'modelshim' and len(sides) > 1 else ''}: value (÷ nginx)" for s in sides)
+    floor = "floor" in lr
+    sides += ["floor"] if floor else []
+    head = " | ".join(f"{s}{' (new)' if s == 'modelshim' and res.get('baseline') else ''}: value (÷ nginx)" for s in sides)
     L = ["## Against nginx proxy_pass (issue 50)\n",
          f"| figure | nginx | {head} | goal |",
          "| --- | ---: | " + " | ".join("---:" for _ in sides) + " | --- |"]
@@ -1149,28 +1159,33 @@ def nginx_ratios(res: dict) -> list[str]:
         what = {"plain": "plain", "stream": "burst stream: `stream` (64 chunks arriving together)"}.get(lane, f"`{lane}`")
         g = GOALS_VS_NGINX.get(lane)
         L.append(f"| CPU per request, {what} | {fmt(n, ' µs', 1)} | "
-                 + " | ".join(_ratio_cell(x, n, g) for x in xs) + f" | {goal_text(g) if lane in GOALS_VS_NGINX else '–'} |")
+                 + " | ".join(_ratio_cell(x, n, None if s == "floor" else g) for s, x in zip(sides, xs)) + f" | {goal_text(g) if lane in GOALS_VS_NGINX else '–'} |")
     if pr:
         n = (pr.get("nginx") or {}).get("cpu_us_per_req")
         g = GOALS_VS_NGINX.get(PACED_LANE)
         L.append(f"| CPU per stream, paced stream: `{PACED_LANE}` (64 chunks {PACED_INTERVAL_MS:g} ms apart) | {fmt(n, ' µs', 1)} | "
-                 + " | ".join(_ratio_cell((pr.get(s) or {}).get("cpu_us_per_req"), n, g) for s in sides) + f" | {goal_text(g)} |")
+                 + " | ".join(_ratio_cell((pr.get(s) or {}).get("cpu_us_per_req"), n, None if s == "floor" else g) for s in sides) + f" | {goal_text(g)} |")
     g = GOALS_VS_NGINX["memory"]
     mib = lambda v: v / 1024 if v is not None else None  # noqa: E731
     n = mib((mem.get("nginx") or {}).get("kib_per_1000"))
     if n is not None or any(mem.get(s) for s in sides):
         L.append(f"| RSS per 1,000 open streams ({res.get('args', {}).get('open_streams', 1000):,} open) | {fmt(n, ' MiB', 1)} | "
-                 + " | ".join(_ratio_cell(mib((mem.get(s) or {}).get("kib_per_1000")), n, g, " MiB") for s in sides)
+                 + " | ".join(_ratio_cell(mib((mem.get(s) or {}).get("kib_per_1000")), n, None if s == "floor" else g, " MiB") for s in sides)
                  + f" | {goal_text(g)} (≤ nginx's) |")
     if many:
         n = mib((many.get("nginx") or {}).get("kib_per_1000"))
         N = next(iter(many.values()))["n"]
         L.append(f"| RSS per 1,000 open streams ({N:,} open) | {fmt(n, ' MiB', 1)} | "
-                 + " | ".join(_ratio_cell(mib((many.get(s) or {}).get("kib_per_1000")), n, g, " MiB") for s in sides)
+                 + " | ".join(_ratio_cell(mib((many.get(s) or {}).get("kib_per_1000")), n, None if s == "floor" else g, " MiB") for s in sides)
                  + f" | {goal_text(g)} (≤ nginx's) |")
     L.append("\nCPU: utime + stime of each server's own process tree (nginx: master and workers) over its "
              "interleaved rounds, divided by the requests it answered. ✓/✗: the ratio against the goal; "
              "one run on a shared machine, see the lane tables for the spread.\n")
+    if floor:
+        L.append("floor: bench/floor, a reverse proxy with no logic on modelshim's HTTP stack (hyper's HTTP/1 server "
+                 "and pooled client, a current-thread runtime per SO_REUSEPORT listener, mimalloc), forwarding as "
+                 "nginx does; what modelshim pays above it is its own work, what the floor pays above nginx is the "
+                 "stack's. Load lanes only.\n")
     return L
 
 
@@ -1322,6 +1337,9 @@ def main() -> int:
                          "10,000-stream run; default 10000, 0 with --quick unless given; 0 skips it")
     ap.add_argument("--many-extra", type=int, default=20,
                     help="extra streams whose TTFT is measured while the --many-streams are held (and idle)")
+    ap.add_argument("--floor", default="", help="the hyper floor's binary (bench/floor; bench/run --floor builds it): "
+                    "a reverse proxy with no logic on modelshim's HTTP stack, run as target `floor` beside nginx "
+                    "in the load lanes, so the report shows what the stack alone costs")
     ap.add_argument("--label", default="", help="a note printed at the top of the results")
     ap.add_argument("--out", default=str(BENCH / "results" / "latest.md"))
     ap.add_argument("--command", default="", help="the command line to record (set by bench/run)")
@@ -1360,7 +1378,7 @@ def main() -> int:
         (work / d).mkdir(parents=True, exist_ok=True)
     write_fixtures(work)
 
-    ports = {k: free_port() for k in ("up", "paced", "slow", "nginx", "modelshim", "litellm", "baseline", PACED_LANE, "hold")}
+    ports = {k: free_port() for k in ("up", "paced", "slow", "nginx", "modelshim", "litellm", "baseline", PACED_LANE, "hold", "floor")}
     # A proxy holds two descriptors per stream; the hard limit caps how many.
     many_requested = a.many_streams
     if a.many_streams > fd_stream_cap():
@@ -1438,6 +1456,12 @@ def main() -> int:
                 raise RuntimeError(f"the baseline did not start (see {work}/logs/baseline.log)")
             res["idle_rss_kib"]["baseline"] = rss_kib(bl.pid)
             targets_.append(Target("baseline", ports["baseline"], bl.pid, False))
+        if a.floor:
+            fl = procs.start("floor", [a.floor, f"127.0.0.1:{ports['floor']}", f"127.0.0.1:{ports['up']}"])
+            if wait_ready(ports["floor"], "/healthz", 10, fl) is None:
+                raise RuntimeError(f"the floor did not start (see {work}/logs/floor.log)")
+            res["versions"]["floor"] = floor_hyper()
+            targets_.append(Target("floor", ports["floor"], fl.pid, True))
         if a.litellm:
             log("litellm: starting (slow)")
             env = dict(os.environ, LITELLM_LOCAL_MODEL_COST_MAP="True", LITELLM_TELEMETRY="False",
@@ -1464,6 +1488,9 @@ def main() -> int:
             runnable[t.name] = []
             for lane in lanes + ["paced"] + ([PACED_LANE] if paced else []):
                 if t.name == "litellm" and lane not in LITELLM_LANES + ["paced"]:
+                    continue
+                # The floor forwards to the fast upstream only: the load lanes.
+                if t.name == "floor" and lane not in LANES:
                     continue
                 port = ports[lane] if t.name == "direct" and lane in ("paced", PACED_LANE) else t.port
                 err = sanity(t, lane, port, work)
@@ -1507,7 +1534,7 @@ def main() -> int:
 
         # Time to first token, sequential streams from the paced upstream,
         # the targets interleaved (LiteLLM apart: a stream takes it ~100 ms).
-        ts = [(t, ports["paced"] if t.name == "direct" else t.port) for t in targets_ if t.name != "litellm"]
+        ts = [(t, ports["paced"] if t.name == "direct" else t.port) for t in targets_ if t.name not in ("litellm", "floor")]
         log(f"ttft {', '.join(t.name for t, _ in ts)} ({a.streams} streams each, {a.rounds} rounds)")
         res["ttft"] = ttft_rounds(ts, a, work)
         log(f"c=1 after 20 ms idle: {', '.join(t.name for t, _ in ts)} ({a.idle_requests} requests each)")
@@ -1519,7 +1546,7 @@ def main() -> int:
 
         # Memory with many open slow streams.
         for t in targets_:
-            if t.name == "direct":
+            if t.name in ("direct", "floor"):
                 continue
             log(f"memory {t.name}: {a.open_streams} open streams")
             res["memory"][t.name] = r = hold_streams(t, a.open_streams, 120 if t.name == "litellm" else 60, work)
@@ -1536,7 +1563,7 @@ def main() -> int:
         if a.many_streams:
             direct = next(t for t in targets_ if t.name == "direct")
             for t in targets_:
-                if t.name in ("direct", "litellm"):
+                if t.name in ("direct", "litellm", "floor"):
                     continue
                 name = "nginx-proxy" if t.name == "nginx" else t.name
                 argv = procs.procs[name].args
