@@ -55,6 +55,8 @@ const READ_MAX: usize = 64 * 1024;
 /// headers in it.
 const MAX_HEAD: usize = 64 * 1024;
 const MAX_HEADERS: usize = 128;
+/// Headers an answer's head is first parsed with room for (see [`parse_head`]).
+const FEW_HEADERS: usize = 24;
 /// The longest chunk-size or trailer line.
 const MAX_LINE: usize = 4096;
 /// What dropping an unfinished body reads, at most, to find its end.
@@ -201,13 +203,36 @@ fn truncated() -> io::Error {
 /// The answer's head from the front of `buf`, once it is all there (1xx
 /// answers skipped).
 fn parse_head(buf: &mut BytesMut) -> io::Result<Option<Head>> {
-    loop {
-        let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-        let mut r = httparse::Response::new(&mut headers);
-        let n = match r.parse(buf).map_err(invalid)? {
-            httparse::Status::Partial => return Ok(None),
-            httparse::Status::Complete(n) => n,
+    while !buf.is_empty() {
+        // Room for a few headers first: the array is initialised on every
+        // call, and most answers have a dozen.
+        let parsed = match head_of(buf, &mut [httparse::EMPTY_HEADER; FEW_HEADERS]) {
+            Some(r) => r,
+            None => head_of(buf, &mut [httparse::EMPTY_HEADER; MAX_HEADERS])
+                .unwrap_or_else(|| Err(invalid(format!("more than {MAX_HEADERS} headers")))),
         };
+        let Some((n, head)) = parsed? else { return Ok(None) };
+        buf.advance(n);
+        if head.status.is_informational() && head.status != StatusCode::SWITCHING_PROTOCOLS {
+            continue;
+        }
+        return Ok(Some(head));
+    }
+    Ok(None)
+}
+
+/// The head at the front of `buf` and its length, `Ok(None)` while part of
+/// it is still to come; `None` when it has more headers than `headers`
+/// has room for.
+fn head_of<'b>(buf: &'b [u8], headers: &mut [httparse::Header<'b>]) -> Option<io::Result<Option<(usize, Head)>>> {
+    let mut r = httparse::Response::new(headers);
+    let n = match r.parse(buf) {
+        Ok(httparse::Status::Partial) => return Some(Ok(None)),
+        Ok(httparse::Status::Complete(n)) => n,
+        Err(httparse::Error::TooManyHeaders) => return None,
+        Err(e) => return Some(Err(invalid(e))),
+    };
+    let head = || {
         let status = StatusCode::from_u16(r.code.unwrap_or(0)).map_err(invalid)?;
         let version = if r.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
         let mut map = HeaderMap::with_capacity(r.headers.len());
@@ -215,12 +240,9 @@ fn parse_head(buf: &mut BytesMut) -> io::Result<Option<Head>> {
             let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(invalid)?;
             map.append(name, HeaderValue::from_bytes(h.value).map_err(invalid)?);
         }
-        buf.advance(n);
-        if status.is_informational() && status != StatusCode::SWITCHING_PROTOCOLS {
-            continue;
-        }
-        return Ok(Some(Head { status, version, headers: map }));
-    }
+        Ok(Some((n, Head { status, version, headers: map })))
+    };
+    Some(head())
 }
 
 /// How the body of `h` ends, and whether its connection may serve another
@@ -889,6 +911,35 @@ mod tests {
         ) {
             let _ = decoded(Kind::Chunked(Chunk::Size), &wire, &cuts, true);
         }
+    }
+
+    #[test]
+    fn a_head_is_read_whatever_its_number_of_headers_up_to_the_cap() {
+        let head = |n: usize| {
+            let mut h = String::from("HTTP/1.1 200 OK\r\n");
+            for i in 0..n {
+                h.push_str(&format!("x-h{i}: v{i}\r\n"));
+            }
+            BytesMut::from(format!("{h}\r\nbody").as_bytes())
+        };
+        for n in [0, 1, FEW_HEADERS, FEW_HEADERS + 1, MAX_HEADERS] {
+            let mut buf = head(n);
+            let h = parse_head(&mut buf).expect("a head").expect("whole");
+            assert_eq!(h.headers.len(), n);
+            if n > 0 {
+                let last = format!("v{}", n - 1);
+                assert_eq!(h.headers.get(format!("x-h{}", n - 1)).map(|v| v.as_bytes()), Some(last.as_bytes()));
+            }
+            assert_eq!(&buf[..], b"body", "the head is taken off, the body left");
+        }
+        assert!(parse_head(&mut head(MAX_HEADERS + 1)).is_err());
+        let mut part = BytesMut::from(&head(FEW_HEADERS + 1)[..40]);
+        assert!(parse_head(&mut part).expect("no error").is_none());
+        assert_eq!(part.len(), 40, "a partial head is left for the next read");
+        assert!(parse_head(&mut BytesMut::new()).expect("no error").is_none());
+        // 1xx answers are skipped, the final one read.
+        let mut two = BytesMut::from(&b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n"[..]);
+        assert_eq!(parse_head(&mut two).expect("a head").map(|h| h.status), Some(StatusCode::NO_CONTENT));
     }
 
     #[test]
