@@ -12,6 +12,12 @@ bodies). Each side runs `--repeats` times, alternating, to show the spread.
     python3 bench/instructions.py --binary target/release/modelshim \\
         --config-extra bench/console-on.toml            # console enabled, none open vs off
     python3 bench/instructions.py --binary NEW --baseline OLD --lane stream
+    RUST_LOG=warn python3 bench/instructions.py --peers FLOOR_BINARY  # + nginx and the floor
+
+`--peers` also runs nginx `proxy_pass` (one process, no master) and
+bench/floor (one thread) the same way, for the instructions modelshim spends
+beside what nginx and hyper with no logic spend. bench.py runs modelshim with
+RUST_LOG=warn; this inherits RUST_LOG (unset: info, the access line written).
 
 Needs valgrind and nginx (bench/run installs nginx). Everything listens on
 127.0.0.1; every wait is bounded.
@@ -57,18 +63,20 @@ def control(pid: int, flag: str) -> None:
     subprocess.run(["callgrind_control", flag, str(pid)], check=True, capture_output=True, timeout=60)
 
 
-def measure(side: str, binary: str, conf: Path, port: int, lane: str, work: Path, a, procs: bench.Procs, k: int) -> int:
+def measure(side: str, argv: list[str], port: int, lane: str, work: Path, a, procs: bench.Procs, k: int,
+            proxy_path: str = "/v1/chat/completions", ready: str = "/readyz") -> int:
+    """Instructions of the process `argv` over `a.requests` requests of
+    `lane` to `proxy_path` on `port`, after `a.warmup` more."""
     out = work / f"callgrind.{side}.{k}.out"
     name = f"{side}-{k}"
-    p = procs.start(name, ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                           binary, "serve", "--config", str(conf)])
+    p = procs.start(name, ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *argv])
     try:
-        if bench.wait_ready(port, "/readyz", 120, p, poll=0.2) is None:
+        if bench.wait_ready(port, ready, 120, p, poll=0.2) is None:
             raise RuntimeError(f"{side} did not start (see {work}/logs/{name}.log)")
         body = (work / "requests" / f"{lane}.json").read_bytes()
-        send(port, "/v1/chat/completions", body, a.warmup)
+        send(port, proxy_path, body, a.warmup)
         control(p.pid, "--zero")
-        send(port, "/v1/chat/completions", body, a.requests)
+        send(port, proxy_path, body, a.requests)
         control(p.pid, "--dump")
         # The process writes the dump itself, maybe after callgrind_control
         # returns: read it once its closing totals line is there.
@@ -93,6 +101,8 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=3000)
     ap.add_argument("--warmup", type=int, default=300)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--peers", default="", metavar="FLOOR_BINARY",
+                    help="also measure nginx proxy_pass and bench/floor (this binary), once each")
     a = ap.parse_args()
     a.baseline = a.baseline or a.binary
     os.environ.setdefault("MODELSHIM_ADMIN_KEY", "bench-admin-key-" + str(os.getpid()))
@@ -100,10 +110,10 @@ def main() -> int:
 
     work = bench.ROOT / "target" / "bench-instructions"
     subprocess.run(["rm", "-rf", str(work)], check=True)
-    for d in ("logs", "nginx-upstream/tmp-body", "nginx-upstream/tmp-proxy"):
+    for d in ("logs", "nginx-upstream/tmp-body", "nginx-upstream/tmp-proxy", "nginx-proxy/tmp-body", "nginx-proxy/tmp-proxy"):
         (work / d).mkdir(parents=True, exist_ok=True)
     bench.write_fixtures(work)
-    ports = {k: bench.free_port() for k in ("up", "new", "base")}
+    ports = {k: bench.free_port() for k in ("up", "new", "base", "nginx", "floor")}
     (work / "nginx-upstream" / "nginx.conf").write_text(bench.nginx_upstream_conf(work, ports["up"]))
     extra = lambda f: "\n" + Path(f).read_text() if f else ""  # noqa: E731
     confs = {}
@@ -120,9 +130,22 @@ def main() -> int:
             raise RuntimeError("the nginx upstream did not start")
         for k in range(a.repeats):
             for side, binary in (("new", a.binary), ("base", a.baseline))[:: 1 if k % 2 == 0 else -1]:
-                ir = measure(side, binary, confs[side], ports[side], a.lane, work, a, procs, k)
+                argv = [binary, "serve", "--config", str(confs[side])]
+                ir = measure(side, argv, ports[side], a.lane, work, a, procs, k)
                 res[side].append(ir)
                 print(f"{side} #{k}: {ir / a.requests:,.0f} instructions/request", flush=True)
+        if a.peers:
+            # One nginx process (no master, one worker) and one floor thread,
+            # so the one process callgrind follows does all the work.
+            conf = bench.nginx_proxy_conf(work, ports["nginx"], ports["up"], ports["up"], ports["up"])
+            conf = conf.replace("master_process on;", "master_process off;").replace("worker_processes auto;", "worker_processes 1;")
+            (work / "nginx-proxy" / "nginx.conf").write_text(conf)
+            path = f"/{a.lane}/v1/chat/completions"
+            for side, argv in (("nginx", ["nginx", "-p", str(work / "nginx-proxy"), "-c", str(work / "nginx-proxy" / "nginx.conf")]),
+                               ("floor", [a.peers, f"127.0.0.1:{ports['floor']}", f"127.0.0.1:{ports['up']}", "1"])):
+                ir = measure(side, argv, ports[side], a.lane, work, a, procs, 0, path, "/healthz")
+                res[side] = [ir]
+                print(f"{side}: {ir / a.requests:,.0f} instructions/request", flush=True)
     finally:
         procs.stop_all()
 
@@ -135,6 +158,10 @@ def main() -> int:
     print(f"base ({a.baseline}{' + ' + a.baseline_config_extra if a.baseline_config_extra else ''}): "
           + ", ".join(f"{x:,.0f}" for x in base))
     print(f"instructions/request: {mid(new):,.0f} vs {mid(base):,.0f} ({d:+.2f}%)")
+    for side, what in (("nginx", "nginx proxy_pass"), ("floor", f"floor ({a.peers})")):
+        if side in res:
+            ir = res[side][0] / a.requests
+            print(f"{what}: {ir:,.0f} ({mid(new) / ir:.2f}× of it new, {mid(base) / ir:.2f}× base)")
     return 0
 
 
