@@ -127,7 +127,9 @@ fn drop_capabilities(caps: &[u32]) -> Result<(), String> {
 /// pages are `always` on (common), the kernel backs them with huge pages and
 /// a few small allocations cost megabytes, idle and in every open stream.
 /// The flag is process-wide
-/// and inherited by child processes (stdio MCP servers).
+/// and inherited by child processes (stdio MCP servers). Where they are
+/// given on advice only, mimalloc's `no_thp` build (Cargo.toml) keeps it from
+/// asking for them before this runs.
 fn no_huge_pages() {
     #[cfg(all(feature = "mimalloc", target_os = "linux"))]
     if let Err(e) = nix::sys::prctl::set_thp_disable(true) {

@@ -1464,3 +1464,29 @@ async fn http2_heads_are_limited_like_http1() {
     stop.send(()).unwrap();
     within(Duration::from_secs(5), "server stops", server).await.unwrap().unwrap();
 }
+
+/// mimalloc advised its arenas as huge-page memory (`MADV_HUGEPAGE`) while it
+/// set itself up, before `main` could turn huge pages off: where the kernel
+/// gives them on advice (`madvise`, a common default) two 2 MiB pages were
+/// resident at rest for a few KiB in use. With `always` the process's own
+/// switch (src/main.rs) is what holds, from `main` on; with `never` there is
+/// nothing to see.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn the_binary_holds_no_huge_page_at_rest() {
+    let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled").unwrap_or_default();
+    if !mode.contains("[madvise]") {
+        eprintln!("transparent huge pages are not `madvise` here ({}): nothing to check", mode.trim());
+        return;
+    }
+    let p = serve_process("", &[]).await;
+    let r = p.proxy.http.get(p.proxy.url("/healthz")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    let smaps = std::fs::read_to_string(format!("/proc/{}/smaps_rollup", p.child.id())).unwrap();
+    let huge: u64 = smaps
+        .lines()
+        .find_map(|l| l.strip_prefix("AnonHugePages:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    assert_eq!(huge, 0, "huge pages resident at rest:\n{smaps}");
+}
