@@ -232,17 +232,19 @@ fn head_of<'b>(buf: &'b [u8], headers: &mut [httparse::Header<'b>]) -> Option<io
         Err(httparse::Error::TooManyHeaders) => return None,
         Err(e) => return Some(Err(invalid(e))),
     };
-    let head = || {
-        let status = StatusCode::from_u16(r.code.unwrap_or(0)).map_err(invalid)?;
-        let version = if r.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
-        let mut map = HeaderMap::with_capacity(r.headers.len());
-        for h in r.headers.iter() {
-            let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(invalid)?;
-            map.append(name, HeaderValue::from_bytes(h.value).map_err(invalid)?);
-        }
-        Ok(Some((n, Head { status, version, headers: map })))
-    };
-    Some(head())
+    Some(head(&r).map(|h| Some((n, h))))
+}
+
+/// The status, version and headers of a head `httparse` read whole.
+fn head(r: &httparse::Response<'_, '_>) -> io::Result<Head> {
+    let status = StatusCode::from_u16(r.code.unwrap_or(0)).map_err(invalid)?;
+    let version = if r.version == Some(0) { Version::HTTP_10 } else { Version::HTTP_11 };
+    let mut headers = HeaderMap::with_capacity(r.headers.len());
+    for h in r.headers.iter() {
+        let name = HeaderName::from_bytes(h.name.as_bytes()).map_err(invalid)?;
+        headers.append(name, HeaderValue::from_bytes(h.value).map_err(invalid)?);
+    }
+    Ok(Head { status, version, headers })
 }
 
 /// How the body of `h` ends, and whether its connection may serve another
