@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use modelshim::openai::{Chunk, ChunkChoice, Delta};
-use modelshim::stream::Normalizer;
+use bytes::{BufMut, Bytes, BytesMut};
+use modelshim::stream::{Data, Forwarded, Normalizer};
 use modelshim::stream::normalize::Settings;
 use modelshim::toolcall::{Event, Extractor, FormatSet, ToolIndex};
 use serde_json::json;
@@ -325,15 +326,22 @@ fn chunk_path(c: &mut Criterion) {
     let undeclared = Arc::new(ToolIndex::default());
     let mut g = c.benchmark_group("chunk_path");
     for (shape, pieces) in [("leading_space", &leading), ("trailing_space", &trailing)] {
-        let payloads: Vec<String> =
-            pieces.iter().map(|p| serde_json::to_string(&content_chunk(p)).unwrap_or_default()).collect();
+        // Each payload as the proxy reads it: a slice of the event it came in.
+        let payloads: Vec<Data> = pieces
+            .iter()
+            .map(|p| {
+                let ev = format!("data: {}\n\n", serde_json::to_string(&content_chunk(p)).unwrap_or_default());
+                let end = ev.len() - 2;
+                Data::in_event(Bytes::from(ev), 6, end)
+            })
+            .collect();
         g.throughput(Throughput::Elements(payloads.len() as u64));
         for (recovery, formats, tools) in [("no_tools", &none, &undeclared), ("recovery", &all, &declared)] {
             for fast in [false, true] {
                 let id = BenchmarkId::new(format!("{shape}/{recovery}"), if fast { "forward" } else { "full" });
                 g.bench_function(id, |b| {
                     b.iter_batched(
-                        || (Normalizer::new(settings(formats, tools)), payloads.clone(), Vec::with_capacity(64 << 10)),
+                        || (Normalizer::new(settings(formats, tools)), payloads.clone(), BytesMut::with_capacity(64 << 10)),
                         |(mut norm, payloads, mut wire)| {
                             let mut out = Vec::new();
                             for p in payloads {
@@ -348,12 +356,12 @@ fn chunk_path(c: &mut Criterion) {
                                 } else {
                                     p
                                 };
-                                if let Ok(chunk) = serde_json::from_str::<Chunk>(&p) {
+                                if let Ok(chunk) = serde_json::from_slice::<Chunk>(p.bytes()) {
                                     norm.push(chunk, &mut out);
                                 }
                                 for c in out.drain(..) {
                                     wire.extend_from_slice(b"data: ");
-                                    let _ = serde_json::to_writer(&mut wire, &c);
+                                    let _ = serde_json::to_writer((&mut wire).writer(), &c);
                                     wire.extend_from_slice(b"\n\n");
                                 }
                             }
@@ -368,10 +376,16 @@ fn chunk_path(c: &mut Criterion) {
     g.finish();
 }
 
-fn sse_write(wire: &mut Vec<u8>, payload: &str) {
-    wire.extend_from_slice(b"data: ");
-    wire.extend_from_slice(payload.as_bytes());
-    wire.extend_from_slice(b"\n\n");
+/// As the chat front writes a forwarded payload (`fronts/sse.rs`).
+fn sse_write(wire: &mut BytesMut, f: &Forwarded) {
+    match f.event() {
+        Some(ev) => wire.extend_from_slice(ev),
+        None => {
+            wire.extend_from_slice(b"data: ");
+            f.write(wire);
+            wire.extend_from_slice(b"\n\n");
+        }
+    }
 }
 
 fn config() -> Criterion {

@@ -19,7 +19,7 @@ use crate::provider::upstream::{Events, JsonBody, Reply};
 use crate::provider::{Route, UpstreamError};
 use crate::state::StateStore;
 use crate::state::conversation::Chain;
-use crate::stream::{Normalizer, completion_to_chunk, normalize::Settings};
+use crate::stream::{Data, Forwarded, Normalizer, completion_to_chunk, normalize::Settings};
 use crate::toolcall::ToolIndex;
 
 /// The plain path (no server-side tools) up to the answer: dispatched, and
@@ -179,24 +179,25 @@ pub fn tool_index(tools: &[Value], names_back: &std::collections::BTreeMap<Strin
 
 /// An upstream `data` payload as a chunk; an `{"error": …}` payload is the
 /// upstream failing mid-stream.
-fn parse_chunk(data: &str) -> Result<Chunk, UpstreamError> {
+fn parse_chunk(data: &[u8]) -> Result<Chunk, UpstreamError> {
     // Straight into the struct (no JSON tree per chunk); an error payload
     // lands in `extra`, and one that is no chunk at all is read as a tree.
     let in_band = |v: &Value| {
         let status = v.get("code").and_then(Value::as_u64).filter(|c| (400..600).contains(c)).unwrap_or(502);
-        crate::provider::map_error(&Default::default(), status as u16, data.as_bytes())
+        crate::provider::map_error(&Default::default(), status as u16, data)
     };
-    match serde_json::from_str::<Chunk>(data) {
+    let text = || String::from_utf8_lossy(data);
+    match serde_json::from_slice::<Chunk>(data) {
         Ok(c) => match c.extra.get("error").filter(|e| !e.is_null()) {
             Some(e) => Err(in_band(e)),
             None => Ok(c),
         },
         Err(chunk_err) => {
-            let v: Value = serde_json::from_str(data)
-                .map_err(|e| UpstreamError::Protocol(format!("bad stream event ({e}): {data}")))?;
+            let v: Value = serde_json::from_slice(data)
+                .map_err(|e| UpstreamError::Protocol(format!("bad stream event ({e}): {}", text())))?;
             match v.get("error").filter(|e| !e.is_null()) {
                 Some(e) => Err(in_band(e)),
-                None => Err(UpstreamError::Protocol(format!("bad stream chunk ({chunk_err}): {data}"))),
+                None => Err(UpstreamError::Protocol(format!("bad stream chunk ({chunk_err}): {}", text()))),
             }
         }
     }
@@ -209,7 +210,7 @@ pub enum Out {
     /// A payload sent on as it came, or with its text's whitespace moved
     /// (see [`Normalizer::forward`]): a normalized chunk already, written
     /// out without a parse or a serialization.
-    Same(String),
+    Same(Forwarded),
 }
 
 /// An upstream stream through the normalizer. The upstream is read only as
@@ -241,7 +242,7 @@ pub struct Outs {
     /// only once it is empty.
     ready: Vec<Chunk>,
     /// A payload sent on as it came, before anything else.
-    same: Option<String>,
+    same: Option<Forwarded>,
     /// Where the reasoning of turns that made calls is remembered (none:
     /// nowhere, the caller keeps it).
     memo: Option<Memo>,
@@ -359,10 +360,10 @@ pub fn too_large(max: usize) -> UpstreamError {
 
 /// An upstream payload as the normalizer takes it: sent on as it came (see
 /// [`Normalizer::forward`]), or parsed for [`Normalizer::push`].
-fn read(norm: &mut Normalizer, data: String) -> Result<Out, UpstreamError> {
+fn read(norm: &mut Normalizer, data: Data) -> Result<Out, UpstreamError> {
     match norm.forward(data) {
         Ok(wire) => Ok(Out::Same(wire)),
-        Err(data) => parse_chunk(&data).map(Out::Chunk),
+        Err(data) => parse_chunk(data.bytes()).map(Out::Chunk),
     }
 }
 
@@ -378,7 +379,7 @@ pub fn normalized(
     outs(events, first, norm, memo, max).map(|o| match o? {
         Out::Chunk(c) => Ok(c),
         // Forwarded, so the payload is its own normalized chunk.
-        Out::Same(data) => parse_chunk(&data),
+        Out::Same(wire) => parse_chunk(wire.text().as_bytes()),
     })
 }
 
@@ -414,13 +415,13 @@ mod tests {
 
     fn stream_of(events: Events, store: Arc<dyn StateStore>) -> impl Stream<Item = Result<Value, UpstreamError>> {
         let mut norm = Normalizer::new(settings());
-        let first = read(&mut norm, chunk(json!({"role": "assistant", "content": ""}), None)).ok();
+        let first = read(&mut norm, Data::from(chunk(json!({"role": "assistant", "content": ""}), None))).ok();
         let memo = Memo { store, ttl: std::time::Duration::from_secs(60), conversation: Chain::new(None) };
         let outs = Outs::new(events, first, norm, Some(memo), 1 << 20);
         outs.map(|o| {
             o.map(|o| match o {
                 Out::Chunk(c) => serde_json::to_value(c).unwrap_or_default(),
-                Out::Same(wire) => serde_json::from_str(&wire).unwrap_or_default(),
+                Out::Same(wire) => serde_json::from_str(&wire.text()).unwrap_or_default(),
             })
         })
     }
@@ -428,7 +429,7 @@ mod tests {
     #[tokio::test]
     async fn an_upstream_error_is_the_last_item_and_nothing_is_read_after_it() {
         let events = futures_util::stream::iter([
-            Ok(chunk(json!({"content": "a"}), None)),
+            Ok(Data::from(chunk(json!({"content": "a"}), None))),
             Err(UpstreamError::Protocol("broken".into())),
         ])
         .chain(futures_util::stream::poll_fn(|_| panic!("the upstream was read after its error")));
@@ -442,9 +443,9 @@ mod tests {
         let store: Arc<dyn StateStore> = Arc::new(MemoryStore::new(16));
         let call = json!({"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}});
         let events = futures_util::stream::iter([
-            Ok(chunk(json!({"reasoning_content": "Paris first."}), None)),
-            Ok(chunk(json!({"tool_calls": [call]}), None)),
-            Ok(chunk(json!({}), Some("tool_calls"))),
+            Ok(Data::from(chunk(json!({"reasoning_content": "Paris first."}), None))),
+            Ok(Data::from(chunk(json!({"tool_calls": [call]}), None))),
+            Ok(Data::from(chunk(json!({}), Some("tool_calls")))),
         ]);
         let mut outs = Box::pin(stream_of(Box::pin(events), store.clone()));
         let mut finished = false;

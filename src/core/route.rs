@@ -209,8 +209,8 @@ fn measured(
                 let Ok(data) = ev else { return };
                 turn.event();
                 // Only the chunk carrying usage is parsed twice.
-                if crate::stream::usage::may_carry_usage(data)
-                    && let Ok(v) = serde_json::from_str::<Value>(data)
+                if crate::stream::usage::may_carry_usage(data.bytes())
+                    && let Ok(v) = serde_json::from_slice::<Value>(data.bytes())
                     && let Some(u) = v.get("usage").filter(|u| u.is_object())
                 {
                     ctx.usage(&provider, &label, u, Some((&turn, &fields)));

@@ -216,7 +216,7 @@ impl<'a> Bridge<'a> {
             Reply::Events(mut events) => {
                 while let Some(ev) = events.next().await {
                     let ev = ev?;
-                    if let Ok(c) = serde_json::from_str::<Chunk>(&ev)
+                    if let Ok(c) = serde_json::from_slice::<Chunk>(ev.bytes())
                         && let Some(d) = c.choices.first().and_then(|c| c.delta.content.as_deref())
                     {
                         text.push_str(d);

@@ -24,6 +24,7 @@ use crate::error::ErrorObject;
 use crate::idle::Silence;
 use crate::openai::Chunk;
 use crate::provider::UpstreamError;
+use crate::stream::Forwarded;
 
 /// How long the stream may be silent before a keep-alive comment goes out.
 const KEEP_ALIVE: Duration = Duration::from_secs(15);
@@ -39,10 +40,9 @@ pub struct Event(Wire);
 enum Wire {
     /// Already in wire form.
     Bytes(Bytes),
-    /// `data: <this>\n\n`, a text of one line framed where it is written: a
-    /// frame of several events copies it once, and a lone event is one
-    /// allocation of exactly its size.
-    Line(String),
+    /// An upstream payload sent on (one line): an event the upstream wrote
+    /// so is written as it came, a lone one without a copy.
+    Forwarded(Forwarded),
 }
 
 impl Event {
@@ -52,14 +52,10 @@ impl Event {
         Self::build(None, text)
     }
 
-    /// [`data`](Self::data) of a text the caller hands over (a chunk as the
-    /// upstream wrote it).
-    pub fn data_owned(text: String) -> Self {
-        if memchr::memchr2(b'\n', b'\r', text.as_bytes()).is_none() {
-            Event(Wire::Line(text))
-        } else {
-            Self::data(&text)
-        }
+    /// A payload the normalizer forwarded (see
+    /// [`Normalizer::forward`](crate::stream::Normalizer::forward)).
+    pub fn forwarded(f: Forwarded) -> Self {
+        if f.one_line() { Event(Wire::Forwarded(f)) } else { Self::data(&f.text()) }
     }
 
     /// `event: <name>` then `data: <text>`.
@@ -127,18 +123,21 @@ impl Event {
     fn len(&self) -> usize {
         match &self.0 {
             Wire::Bytes(b) => b.len(),
-            Wire::Line(s) => s.len() + 8,
+            Wire::Forwarded(f) => f.event().map_or(f.len() + 8, Bytes::len),
         }
     }
 
     fn write_to(&self, frame: &mut BytesMut) {
         match &self.0 {
             Wire::Bytes(b) => frame.extend_from_slice(b),
-            Wire::Line(s) => {
-                frame.extend_from_slice(b"data: ");
-                frame.extend_from_slice(s.as_bytes());
-                frame.extend_from_slice(b"\n\n");
-            }
+            Wire::Forwarded(f) => match f.event() {
+                Some(ev) => frame.extend_from_slice(ev),
+                None => {
+                    frame.extend_from_slice(b"data: ");
+                    f.write(frame);
+                    frame.extend_from_slice(b"\n\n");
+                }
+            },
         }
     }
 
@@ -146,13 +145,14 @@ impl Event {
     pub fn into_bytes(self) -> Bytes {
         match self.0 {
             Wire::Bytes(b) => b,
-            Wire::Line(s) => {
-                let mut b = Vec::with_capacity(s.len() + 8);
-                b.extend_from_slice(b"data: ");
-                b.extend_from_slice(s.as_bytes());
-                b.extend_from_slice(b"\n\n");
-                Bytes::from(b)
-            }
+            Wire::Forwarded(f) => match f.event() {
+                Some(ev) => ev.clone(),
+                None => {
+                    let mut b = BytesMut::with_capacity(f.len() + 8);
+                    Event(Wire::Forwarded(f)).write_to(&mut b);
+                    b.freeze()
+                }
+            },
         }
     }
 }
@@ -253,18 +253,26 @@ impl Stream for Frames {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::stream::Data;
     use futures_util::StreamExt;
     use tokio::time::Instant;
 
     proptest::proptest! {
         #[test]
-        fn an_owned_text_is_the_same_event(text in "(?s).{0,40}") {
+        fn a_forwarded_payload_is_the_same_event(text in "(?s).{0,40}") {
             let want = Event::data(&text).into_bytes();
-            let mut frame = BytesMut::new();
-            Event::data_owned(text.clone()).write_to(&mut frame);
-            proptest::prop_assert_eq!(&frame[..], &want[..]);
-            proptest::prop_assert_eq!(Event::data_owned(text.clone()).len(), want.len());
-            proptest::prop_assert_eq!(Event::data_owned(text).into_bytes(), want);
+            let check = |ev: Event| {
+                let mut frame = BytesMut::new();
+                ev.write_to(&mut frame);
+                (frame.freeze(), ev.len(), ev.into_bytes())
+            };
+            let owned = Forwarded::AsIs(Data::from(text.as_str()));
+            proptest::prop_assert_eq!(check(Event::forwarded(owned)), (want.clone(), want.len(), want.clone()));
+            if !text.contains(['\n', '\r']) {
+                let piece = Bytes::from(format!("data: {text}\n\n"));
+                let read = Forwarded::AsIs(Data::in_event(piece.clone(), 6, piece.len() - 2));
+                proptest::prop_assert_eq!(check(Event::forwarded(read)), (want.clone(), want.len(), want));
+            }
         }
     }
 

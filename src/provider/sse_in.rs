@@ -24,9 +24,10 @@ use futures_util::Stream;
 
 use super::UpstreamError;
 use super::record::Recording;
+use crate::stream::Data;
 
 /// A stream of SSE `data` payloads, ending at `[DONE]` or end of body.
-pub type Events = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<String, UpstreamError>> + Send>>;
+pub type Events = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Data, UpstreamError>> + Send>>;
 
 /// `data` payloads of an SSE body. Comment lines and keep-alives are skipped;
 /// `[DONE]` ends the stream; a body that ends without it ends with
@@ -88,7 +89,7 @@ where
     S: Stream<Item = Result<Bytes, E>> + Unpin,
     E: std::fmt::Display,
 {
-    type Item = Result<String, UpstreamError>;
+    type Item = Result<Data, UpstreamError>;
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
@@ -102,10 +103,10 @@ where
                         if let Some(r) = this.rec.as_mut() {
                             r.event(ev.kind.as_deref().unwrap_or("message"), &ev.data);
                         }
-                        match payload(&ev.data) {
+                        match payload(ev.data.as_bytes()) {
                             Payload::Done => return this.end(),
                             Payload::Skip => continue,
-                            Payload::Data => return Poll::Ready(Some(Ok(ev.data))),
+                            Payload::Data => return Poll::Ready(Some(Ok(Data::from(ev.data)))),
                         }
                     }
                     None => this.parsing = false,
@@ -148,16 +149,17 @@ where
             }
             let piece = next_piece(&mut this.read);
             if this.parser.as_ref().is_none_or(|p| p.is_idle())
-                && let Some(data) = one_data_line(&piece)
+                && let Some((start, end)) = one_data_line(&piece)
             {
                 this.silence.touch();
+                let data = Data::in_event(piece, start, end);
                 if let Some(r) = this.rec.as_mut() {
-                    r.event("message", data);
+                    r.event("message", &data.lossy());
                 }
-                match payload(data) {
+                match payload(data.bytes()) {
                     Payload::Done => return this.end(),
                     Payload::Skip => {}
-                    Payload::Data => return Poll::Ready(Some(Ok(data.to_owned()))),
+                    Payload::Data => return Poll::Ready(Some(Ok(data))),
                 }
                 continue;
             }
@@ -188,13 +190,13 @@ impl<S> Payloads<S> {
 
     /// The body ended without `[DONE]`: recorded as it came (vendors that
     /// end after their finish chunk are fine), reported as the last item.
-    fn end_without_done(&mut self) -> Poll<Option<Result<String, UpstreamError>>> {
+    fn end_without_done(&mut self) -> Poll<Option<Result<Data, UpstreamError>>> {
         let _ = self.end::<()>();
         Poll::Ready(Some(Err(UpstreamError::Incomplete("the stream ended without [DONE]".into()))))
     }
 
     /// The last item: nothing is read after an error.
-    fn fail(&mut self, e: UpstreamError) -> Poll<Option<Result<String, UpstreamError>>> {
+    fn fail(&mut self, e: UpstreamError) -> Poll<Option<Result<Data, UpstreamError>>> {
         self.state = State::Ended;
         self.rec = None;
         Poll::Ready(Some(Err(e)))
@@ -330,24 +332,30 @@ enum Payload {
     Done,
 }
 
-fn payload(data: &str) -> Payload {
-    match data.trim() {
-        "[DONE]" => Payload::Done,
-        "" => Payload::Skip,
-        _ => Payload::Data,
+fn payload(data: &[u8]) -> Payload {
+    // A JSON payload starts with `{`: most are told apart by their first byte.
+    match data.first() {
+        Some(b'{') => Payload::Data,
+        _ => match data.trim_ascii() {
+            b"[DONE]" => Payload::Done,
+            b"" => Payload::Skip,
+            _ => Payload::Data,
+        },
     }
 }
 
-/// The payload of a piece that is exactly `data:[ ]<payload>\n\n` with no
-/// other line break in it (the SSE grammar gives that one event, whose data
-/// is the payload).
-fn one_data_line(piece: &[u8]) -> Option<&str> {
+/// Where the payload is in a piece that is exactly `data:[ ]<payload>\n\n`
+/// with no other line break in it (the SSE grammar gives that one event,
+/// whose data is the payload). Not checked for UTF-8 here: whoever reads
+/// the payload does (the fast path its text, the parser all of it).
+fn one_data_line(piece: &[u8]) -> Option<(usize, usize)> {
     let rest = piece.strip_prefix(b"data:")?.strip_suffix(b"\n\n")?;
-    let rest = rest.strip_prefix(b" ").unwrap_or(rest);
-    if memchr::memchr2(b'\n', b'\r', rest).is_some() {
+    let start = if rest.first() == Some(&b' ') { 6 } else { 5 };
+    let end = piece.len() - 2;
+    if memchr::memchr2(b'\n', b'\r', &piece[start..end]).is_some() {
         return None;
     }
-    std::str::from_utf8(rest).ok()
+    Some((start, end))
 }
 
 /// The next piece of a read: up to and including its first blank line
@@ -384,14 +392,16 @@ mod tests {
 
     #[test]
     fn one_data_line_events_are_read_in_place() {
-        assert_eq!(one_data_line(b"data: {}\n\n"), Some("{}"));
-        assert_eq!(one_data_line(b"data:{}\n\n"), Some("{}"));
+        assert_eq!(one_data_line(b"data: {}\n\n"), Some((6, 8)));
+        assert_eq!(one_data_line(b"data:{}\n\n"), Some((5, 7)));
+        assert_eq!(one_data_line(b"data:  x\n\n"), Some((6, 8)), "one space is the field's");
         assert_eq!(one_data_line(b"data: a\ndata: b\n\n"), None);
         assert_eq!(one_data_line(b"data: a\r\n\r\n"), None);
         assert_eq!(one_data_line(b"event: x\ndata: a\n\n"), None);
         assert_eq!(one_data_line(b"data: a\n"), None);
         assert_eq!(one_data_line(b": data: a\n\n"), None);
-        assert_eq!(one_data_line(b"data: \xff\n\n"), None);
+        // Read as it is: whoever reads the payload checks it is UTF-8.
+        assert_eq!(one_data_line(b"data: \xff\n\n"), Some((6, 7)));
     }
 
     #[test]
@@ -441,7 +451,7 @@ mod tests {
             let reads: Vec<Result<Bytes, std::convert::Infallible>> =
                 body.as_bytes().chunks(size).map(|c| Ok(Bytes::copy_from_slice(c))).collect();
             let got: Vec<String> = events(futures_util::stream::iter(reads), Duration::from_secs(5), 1 << 20, None)
-                .map(|r| r.unwrap_or_else(|e| e.to_string()))
+                .map(|r| r.map_or_else(|e| e.to_string(), |d| d.lossy().into_owned()))
                 .collect()
                 .await;
             assert_eq!(got, want, "reads of {size} bytes");
@@ -497,7 +507,7 @@ mod tests {
         let got: Vec<_> =
             events(body_of(body.chunks(256).collect()), Duration::from_secs(5), 8 << 20, None).collect().await;
         assert_eq!(got.len(), 1);
-        assert!(matches!(&got[0], Ok(d) if d.len() == SIZE && d.starts_with("xxx") && d.ends_with("xxx")));
+        assert!(matches!(&got[0], Ok(d) if d.len() == SIZE && d.bytes().starts_with(b"xxx") && d.bytes().ends_with(b"xxx")));
     }
 
     #[tokio::test]
@@ -521,7 +531,7 @@ mod tests {
     async fn a_body_that_ends_without_done_says_so() {
         let read = |reads: Vec<&'static [u8]>| async move {
             events(body_of(reads), Duration::from_secs(5), 1 << 20, None)
-                .map(|r| r.map_err(|e| matches!(e, UpstreamError::Incomplete(_))))
+                .map(|r| r.map(|d| d.lossy().into_owned()).map_err(|e| matches!(e, UpstreamError::Incomplete(_))))
                 .collect::<Vec<_>>()
                 .await
         };

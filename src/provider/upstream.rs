@@ -309,7 +309,7 @@ impl Upstream {
                     let c = c.clone();
                     Box::pin(events.inspect(move |ev| {
                         if let Ok(data) = ev {
-                            c.upstream_event(data);
+                            c.upstream_event(&data.lossy());
                         }
                     }))
                 }

@@ -12,8 +12,13 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use bytes::{Bytes, BytesMut};
+
 use serde::Deserialize;
 use serde::de::{self, Deserializer, IgnoredAny, SeqAccess, Visitor};
+
+use super::data::Data;
+use crate::toolcall::Lead;
 
 /// What the fast path needs to know of a chunk.
 #[derive(Deserialize)]
@@ -73,8 +78,8 @@ impl<'a> Plain<'a> {
     /// non-empty `content` (other keys pass through the full path untouched
     /// too) and perhaps `role: "assistant"` (see [`says_role`](Self::says_role)),
     /// `finish_reason: null`, and no `usage`.
-    pub fn read(payload: &'a str) -> Option<Self> {
-        let p: Plain<'a> = serde_json::from_str(payload).ok()?;
+    pub fn read(payload: &'a [u8]) -> Option<Self> {
+        let p: Plain<'a> = serde_json::from_slice(payload).ok()?;
         let d = &p.choices.0.delta;
         let plain = p.choices.0.finish_reason.0
             && !d.text().is_empty()
@@ -99,12 +104,12 @@ impl<'a> Plain<'a> {
 
     /// Where the content's text starts in `payload`, when it is written there
     /// as it is (no escapes), so it can be replaced in place.
-    pub fn content_at(&self, payload: &str) -> Option<usize> {
+    pub fn content_at(&self, payload: &[u8]) -> Option<usize> {
         match &self.choices.0.delta.content.as_ref()?.0 {
             Cow::Borrowed(c) => {
                 // The borrowed string points into the payload.
                 let at = (c.as_ptr() as usize).checked_sub(payload.as_ptr() as usize)?;
-                (payload.get(at..at + c.len()) == Some(*c)).then_some(at)
+                (payload.get(at..at + c.len()) == Some(c.as_bytes())).then_some(at)
             }
             Cow::Owned(_) => None,
         }
@@ -117,23 +122,27 @@ impl<'a> Plain<'a> {
 /// the same but for its text, so its text is found by comparing bytes, not
 /// by parsing (a model streams every delta in one shape).
 pub(super) struct Template {
-    prefix: Box<str>,
-    suffix: Box<str>,
+    prefix: Box<[u8]>,
+    suffix: Box<[u8]>,
 }
 
 impl Template {
     /// From a plain delta whose text is `payload[at..at + len]`.
-    pub fn of(payload: &str, at: usize, len: usize) -> Box<Self> {
+    pub fn of(payload: &[u8], at: usize, len: usize) -> Box<Self> {
         let (prefix, rest) = payload.split_at(at.min(payload.len()));
         let suffix = rest.get(len..).unwrap_or_default();
         Box::new(Template { prefix: prefix.into(), suffix: suffix.into() })
     }
 
     /// The text of `payload` when it fits the template.
-    pub fn content<'p>(&self, payload: &'p str) -> Option<&'p str> {
+    pub fn content<'p>(&self, payload: &'p [u8]) -> Option<&'p str> {
         let text = payload.strip_prefix(&*self.prefix)?.strip_suffix(&*self.suffix)?;
-        let plain = !text.is_empty() && !text.bytes().any(|b| b == b'"' || b == b'\\' || b < 0x20);
-        plain.then_some(text)
+        let plain = !text.is_empty() && !text.iter().any(|b| *b == b'"' || *b == b'\\' || *b < 0x20);
+        if !plain {
+            return None;
+        }
+        // Only the text needs the check: the bytes around it are the template's.
+        std::str::from_utf8(text).ok()
     }
 
     /// Where a fitting payload's text starts.
@@ -142,24 +151,86 @@ impl Template {
     }
 }
 
-/// `payload` with the content text at `at..at + len` replaced by `lead`
-/// (whitespace, escaped for JSON) and `body` (unescaped text, as it was in
-/// the payload).
-pub(super) fn splice(payload: &str, at: usize, len: usize, lead: &str, body: &str) -> String {
-    let mut s = String::with_capacity(payload.len() + 2 * lead.len());
-    s.push_str(&payload[..at]);
-    for ch in lead.chars() {
-        match ch {
-            '\n' => s.push_str("\\n"),
-            '\r' => s.push_str("\\r"),
-            '\t' => s.push_str("\\t"),
-            c if u32::from(c) < 0x20 => s.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => s.push(c),
+/// A payload the fast path sends on (see
+/// [`Normalizer::forward`](super::Normalizer::forward)): as it came, or with
+/// its content's text reshaped in place.
+#[derive(Debug, Clone)]
+pub enum Forwarded {
+    AsIs(Data),
+    /// The text at `at..at + len` replaced by `lead` (whitespace held from
+    /// earlier deltas) and the text's first `keep` bytes.
+    Reshaped { data: Data, at: usize, len: usize, lead: Lead, keep: usize },
+}
+
+impl Forwarded {
+    /// The event as the upstream wrote it, when that is what goes out.
+    pub fn event(&self) -> Option<&Bytes> {
+        match self {
+            Forwarded::AsIs(d) => d.event(),
+            Forwarded::Reshaped { .. } => None,
         }
     }
-    s.push_str(body);
-    s.push_str(&payload[at + len..]);
-    s
+
+    /// Whether the payload holds no line break (JSON may have one between
+    /// tokens, from an event of several `data:` lines).
+    pub fn one_line(&self) -> bool {
+        let d = match self {
+            Forwarded::AsIs(d) | Forwarded::Reshaped { data: d, .. } => d,
+        };
+        d.one_line() || memchr::memchr2(b'\n', b'\r', d.bytes()).is_none()
+    }
+
+    /// The payload's length as sent.
+    pub fn len(&self) -> usize {
+        match self {
+            Forwarded::AsIs(d) => d.len(),
+            Forwarded::Reshaped { data, len, lead, keep, .. } => data.len() - len + keep + escaped_len(lead.as_str()),
+        }
+    }
+
+    /// Appends the payload as sent.
+    pub fn write(&self, out: &mut BytesMut) {
+        match self {
+            Forwarded::AsIs(d) => out.extend_from_slice(d.bytes()),
+            Forwarded::Reshaped { data, at, len, lead, keep } => {
+                let b = data.bytes();
+                out.extend_from_slice(&b[..*at]);
+                escape_into(lead.as_str(), out);
+                out.extend_from_slice(&b[*at..*at + *keep]);
+                out.extend_from_slice(&b[*at + *len..]);
+            }
+        }
+    }
+
+    /// The payload as sent, as text.
+    pub fn text(&self) -> String {
+        let mut out = BytesMut::with_capacity(self.len());
+        self.write(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    }
+}
+
+/// Whitespace as it is written inside a JSON string.
+fn escape_into(ws: &str, out: &mut BytesMut) {
+    for ch in ws.chars() {
+        match ch {
+            '\n' => out.extend_from_slice(b"\\n"),
+            '\r' => out.extend_from_slice(b"\\r"),
+            '\t' => out.extend_from_slice(b"\\t"),
+            c if u32::from(c) < 0x20 => out.extend_from_slice(format!("\\u{:04x}", u32::from(c)).as_bytes()),
+            c => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+        }
+    }
+}
+
+fn escaped_len(ws: &str) -> usize {
+    ws.chars()
+        .map(|c| match c {
+            '\n' | '\r' | '\t' => 2,
+            c if u32::from(c) < 0x20 => 6,
+            c => c.len_utf8(),
+        })
+        .sum()
 }
 
 /// What the fast path needs to know of a whole (non-streamed) answer.
@@ -394,26 +465,41 @@ mod tests {
 
     #[test]
     fn reads_a_plain_content_delta() {
-        let p = Plain::read(PLAIN).map(|p| (p.id, p.object, p.created, p.model, p.index(), p.content().to_string()));
+        let p = Plain::read(PLAIN.as_bytes()).map(|p| (p.id, p.object, p.created, p.model, p.index(), p.content().to_string()));
         assert_eq!(p, Some(("c1", "chat.completion.chunk", 7, "m", 0, "Hi".to_string())));
         let escaped = PLAIN.replace(r#""Hi""#, r#""a\nb\u00e9""#);
-        assert_eq!(Plain::read(&escaped).map(|p| p.content().to_string()), Some("a\nbé".to_string()));
-        assert_eq!(Plain::read(PLAIN).map(|p| p.says_role()), Some(false));
+        assert_eq!(Plain::read(escaped.as_bytes()).map(|p| p.content().to_string()), Some("a\nbé".to_string()));
+        assert_eq!(Plain::read(PLAIN.as_bytes()).map(|p| p.says_role()), Some(false));
         let first = PLAIN.replace(r#""content":"Hi""#, r#""role":"assistant","content":"Hi""#);
-        assert_eq!(Plain::read(&first).map(|p| p.says_role()), Some(true));
+        assert_eq!(Plain::read(first.as_bytes()).map(|p| p.says_role()), Some(true));
     }
 
     #[test]
     fn content_is_replaced_in_place() {
         // (A `const` may be a different copy at each use: one string here.)
         let payload = PLAIN.to_string();
-        let p = Plain::read(&payload).and_then(|p| p.content_at(&payload).map(|at| (at, p.content().len())));
+        let p = Plain::read(payload.as_bytes())
+            .and_then(|p| p.content_at(payload.as_bytes()).map(|at| (at, p.content().len())));
         let Some((at, len)) = p else { panic!("plain") };
-        let out = splice(&payload, at, len, "\n \t\u{b}\u{3000}", "H");
+        let lead = Lead::new("\n \t\u{b}\u{3000}");
+        let f = Forwarded::Reshaped { data: Data::from(payload.as_str()), at, len, lead, keep: 1 };
+        let out = f.text();
+        assert_eq!(out.len(), f.len());
         let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
         assert_eq!(v["choices"][0]["delta"]["content"], "\n \t\u{b}\u{3000}H");
         let escaped = PLAIN.replace(r#""Hi""#, r#""H\u0069""#);
-        assert_eq!(Plain::read(&escaped).and_then(|p| p.content_at(&escaped)), None);
+        assert_eq!(Plain::read(escaped.as_bytes()).and_then(|p| p.content_at(escaped.as_bytes())), None);
+    }
+
+    #[test]
+    fn an_event_forwarded_as_it_came_is_written_as_it_came() {
+        let ev = Bytes::from(format!("data: {PLAIN}\n\n"));
+        let f = Forwarded::AsIs(Data::in_event(ev.clone(), 6, ev.len() - 2));
+        assert_eq!(f.event(), Some(&ev));
+        assert!(f.one_line());
+        assert_eq!((f.text(), f.len()), (PLAIN.to_string(), PLAIN.len()));
+        let lines = Forwarded::AsIs(Data::from(PLAIN.replace(",", ",\n")));
+        assert!(!lines.one_line());
     }
 
     #[test]
@@ -438,10 +524,10 @@ mod tests {
         ] {
             let chunk = PLAIN.replace(from, to);
             assert_ne!(chunk, PLAIN, "{from}");
-            assert!(Plain::read(&chunk).is_none(), "{chunk}");
+            assert!(Plain::read(chunk.as_bytes()).is_none(), "{chunk}");
         }
-        assert!(Plain::read("{\"error\":{\"message\":\"x\"}}").is_none());
-        assert!(Plain::read("not json").is_none());
+        assert!(Plain::read(b"{\"error\":{\"message\":\"x\"}}").is_none());
+        assert!(Plain::read(b"not json").is_none());
     }
 
     const WHOLE: &str = r#"{"id":"c1","object":"chat.completion","created":7,"model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"Hi","refusal":null},"logprobs":null,"finish_reason":"stop"}],"usage":{"total_tokens":3}}"#;
@@ -483,19 +569,25 @@ mod tests {
     #[test]
     fn a_template_reads_only_deltas_shaped_as_the_one_it_was_made_of() {
         let payload = PLAIN.replace("\"Hi\"", "\"Hello\"");
-        let p = Plain::read(&payload).expect("plain");
-        let at = p.content_at(&payload).expect("as it is");
-        let t = Template::of(&payload, at, p.content().len());
+        let p = Plain::read(payload.as_bytes()).expect("plain");
+        let at = p.content_at(payload.as_bytes()).expect("as it is");
+        let t = Template::of(payload.as_bytes(), at, p.content().len());
         let with = |text: &str| PLAIN.replace("\"Hi\"", &format!("\"{text}\""));
-        assert_eq!(t.content(&with("next words")), Some("next words"));
+        let content = |payload: String| t.content(payload.as_bytes()).map(str::to_string);
+        assert_eq!(content(with("next words")).as_deref(), Some("next words"));
         assert_eq!(t.at(), at);
-        assert_eq!(t.content(&with("東京")), Some("東京"));
+        assert_eq!(content(with("東京")).as_deref(), Some("東京"));
         // Escapes, a quote that would end the string, control characters and
         // no text go to the parser.
         for odd in ["a\\nb", "a\\\"b", "a\"b", "a\u{1}b", ""] {
-            assert_eq!(t.content(&with(odd)), None, "{odd:?}");
+            assert_eq!(content(with(odd)), None, "{odd:?}");
         }
-        assert_eq!(t.content(&with("x").replace("\"c1\"", "\"c2\"")), None, "another id");
-        assert_eq!(t.content(&with("x").replace("null}]}", "\"stop\"}]}")), None, "a finish reason");
+        assert_eq!(content(with("x").replace("\"c1\"", "\"c2\"")), None, "another id");
+        assert_eq!(content(with("x").replace("null}]}", "\"stop\"}]}")), None, "a finish reason");
+        // Bytes that are not UTF-8 in the text are not taken.
+        let mut odd = with("ab").into_bytes();
+        let i = at + 1;
+        odd[i] = 0xff;
+        assert_eq!(t.content(&odd), None);
     }
 }

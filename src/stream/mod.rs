@@ -6,10 +6,12 @@
 //! whole answer ([`Normalizer::whole_as_is`]).
 
 pub mod aggregate;
+pub mod data;
 mod forward;
 pub mod normalize;
 pub mod usage;
 
 pub use aggregate::{Assembler, completion_to_chunk};
-pub use forward::Tokens;
+pub use data::Data;
+pub use forward::{Forwarded, Tokens};
 pub use normalize::Normalizer;

@@ -23,10 +23,19 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::forward::Template;
+use super::data::Data;
+use super::forward::{Forwarded, Template};
 use crate::openai::{Chunk, ChunkChoice, Delta, FunctionDelta, ToolCallDelta, new_call_id};
 use crate::state::conversation::TurnHash;
-use crate::toolcall::{Call, Event, Extractor, FormatSet, Options, ToolIndex};
+use crate::toolcall::{Call, Event, Extractor, FormatSet, Lead, Options, ToolIndex};
+
+/// How the fast path reshapes a payload's text (see [`Forwarded::Reshaped`]).
+struct Reshape {
+    at: usize,
+    len: usize,
+    lead: Lead,
+    keep: usize,
+}
 
 /// Settings for one response.
 pub struct Settings {
@@ -249,23 +258,23 @@ impl Normalizer {
     /// The fast path for a streamed upstream chunk (a `data` payload):
     /// `Ok` with what to send when normalizing the chunk would change at most
     /// its text's whitespace — the payload as it came, or with the content
-    /// string replaced in place — neither parsed into a [`Chunk`] nor
+    /// string reshaped in place — neither parsed into a [`Chunk`] nor
     /// serialized again. The normalizer has then taken the chunk as
     /// [`push`](Self::push) would. That is a plain content delta of this
     /// response's one open choice, with this response's id, `created` and
     /// model, whose text the extractor lets pass
     /// ([`Extractor::pass`](crate::toolcall::Extractor::pass)). `Err` gives
     /// the payload back, nothing changed: push it.
-    pub fn forward(&mut self, payload: String) -> Result<String, String> {
-        match self.forward_as(&payload) {
-            Some(Some(reshaped)) => Ok(reshaped),
-            Some(None) => Ok(payload),
-            None => Err(payload),
+    pub fn forward(&mut self, data: Data) -> Result<Forwarded, Data> {
+        match self.forward_as(data.bytes()) {
+            Some(None) => Ok(Forwarded::AsIs(data)),
+            Some(Some(Reshape { at, len, lead, keep })) => Ok(Forwarded::Reshaped { data, at, len, lead, keep }),
+            None => Err(data),
         }
     }
 
-    /// `Some(None)`: send the payload as it is; `Some(Some(_))`: this instead.
-    fn forward_as(&mut self, payload: &str) -> Option<Option<String>> {
+    /// `Some(None)`: send the payload as it is; `Some(Some(_))`: reshaped.
+    fn forward_as(&mut self, payload: &[u8]) -> Option<Option<Reshape>> {
         if self.choices.is_empty() {
             return self.forward_first(payload);
         }
@@ -277,7 +286,7 @@ impl Normalizer {
             && let Some(text) = t.content(payload)
         {
             let at = t.at();
-            return Self::pass(st, text, Some(at), payload);
+            return Self::pass(st, text, Some(at));
         }
         let p = super::forward::Plain::read(payload)?;
         let same = p.index() == st.index
@@ -295,13 +304,13 @@ impl Normalizer {
         {
             st.template = Some(Template::of(payload, at, p.content().len()));
         }
-        Self::pass(st, p.content(), at, payload)
+        Self::pass(st, p.content(), at)
     }
 
     /// The response's first chunk, when it is plain and says the role (as
     /// Ollama's and others' do): the full path would take its id, `created`
     /// and model as the response's and send its delta with the role, as it is.
-    fn forward_first(&mut self, payload: &str) -> Option<Option<String>> {
+    fn forward_first(&mut self, payload: &[u8]) -> Option<Option<Reshape>> {
         if !self.meta.id.is_empty() {
             return None;
         }
@@ -312,7 +321,7 @@ impl Normalizer {
         let mut st = self.new_choice(p.index());
         st.role_sent = true;
         // Taken only if it passes: otherwise the full path starts afresh.
-        let wire = Self::pass(&mut st, p.content(), p.content_at(payload), payload)?;
+        let wire = Self::pass(&mut st, p.content(), p.content_at(payload))?;
         self.meta = Meta { id: p.id.to_owned(), created: p.created, model: p.model.to_owned() };
         self.choices.reserve_exact(1);
         self.choices.push(st);
@@ -320,13 +329,13 @@ impl Normalizer {
     }
 
     /// The text of a plain delta through the choice's extractor: `None` when
-    /// the extractor wants it (nothing taken), else what to send.
-    /// `at`: where `text` is in `payload`, written as it is (no escapes).
-    fn pass(st: &mut ChoiceState, text: &str, at: Option<usize>, payload: &str) -> Option<Option<String>> {
+    /// the extractor wants it (nothing taken), else how to send it.
+    /// `at`: where `text` is in the payload, written as it is (no escapes).
+    fn pass(st: &mut ChoiceState, text: &str, at: Option<usize>) -> Option<Option<Reshape>> {
         let passed = st.extractor.pass(text, at.is_some())?;
         let body = &text[..passed.keep];
         if let Some(t) = st.turn.as_mut() {
-            t.push(&passed.lead);
+            t.push(passed.lead.as_str());
             t.push(body);
         }
         if passed.lead.is_empty() && passed.keep == text.len() {
@@ -334,7 +343,7 @@ impl Normalizer {
         }
         // `pass` reshapes only when asked, and it was asked only with `at`.
         let at = at?;
-        Some(Some(super::forward::splice(payload, at, text.len(), &passed.lead, body)))
+        Some(Some(Reshape { at, len: text.len(), lead: passed.lead, keep: passed.keep }))
     }
 
     /// The fast path for a whole (non-streamed) answer: true when pushing
@@ -760,15 +769,18 @@ mod tests {
                 r#"{{"id":"c1","object":"chat.completion.chunk","created":7,"model":"m","choices":[{{"index":0,"delta":{delta},"finish_reason":null}}]}}"#
             )
         };
+        let as_is = |n: &mut Normalizer, c: &str| match n.forward(Data::from(c)) {
+            Ok(Forwarded::AsIs(d)) => d.bytes() == c.as_bytes(),
+            _ => false,
+        };
         let first = chunk(r#"{"role":"assistant","content":"Hi"}"#);
-        assert_eq!(n.forward(first.clone()), Ok(first));
+        assert!(as_is(&mut n, &first));
         assert!(n.choices[0].template.is_none(), "a delta saying the role is not the shape of the rest");
         for text in ["there", "東京", "a\\nb", "again"] {
-            let c = chunk(&format!(r#"{{"content":"{text}"}}"#));
-            assert_eq!(n.forward(c.clone()), Ok(c));
+            assert!(as_is(&mut n, &chunk(&format!(r#"{{"content":"{text}"}}"#))), "{text}");
         }
         let t = n.choices[0].template.as_ref().expect("made from the second delta");
-        assert_eq!(t.content(&chunk(r#"{"content":"more"}"#)), Some("more"));
+        assert_eq!(t.content(chunk(r#"{"content":"more"}"#).as_bytes()), Some("more"));
     }
 
     #[test]
@@ -807,8 +819,8 @@ mod tests {
                 ),
                 ("{}", r#""tool_calls""#),
             ] {
-                if let Err(payload) = n.forward(chunk(delta, finish)) {
-                    n.push(serde_json::from_str(&payload).expect("a chunk"), &mut Vec::new());
+                if let Err(payload) = n.forward(Data::from(chunk(delta, finish))) {
+                    n.push(serde_json::from_slice(payload.bytes()).expect("a chunk"), &mut Vec::new());
                 }
             }
             n.finish(&mut Vec::new());

@@ -413,8 +413,51 @@ enum State {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Passed {
     /// Whitespace held back from earlier pieces, released now.
-    pub lead: String,
+    pub lead: Lead,
     pub keep: usize,
+}
+
+/// Whitespace released ahead of a piece ([`Passed::lead`]), held inline:
+/// it is nearly always a space or a line break, and text that passes is
+/// the streaming hot path, where an allocation per piece shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lead(LeadRepr);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum LeadRepr {
+    Inline { len: u8, buf: [u8; LEAD_INLINE] },
+    Heap(Box<str>),
+}
+
+const LEAD_INLINE: usize = 22;
+
+impl Lead {
+    pub fn new(s: &str) -> Self {
+        if s.len() > LEAD_INLINE {
+            return Lead(LeadRepr::Heap(s.into()));
+        }
+        let mut buf = [0; LEAD_INLINE];
+        buf[..s.len()].copy_from_slice(s.as_bytes());
+        Lead(LeadRepr::Inline { len: s.len() as u8, buf })
+    }
+
+    pub fn as_str(&self) -> &str {
+        match &self.0 {
+            // A whole `str` was copied in, so this never fails.
+            LeadRepr::Inline { len, buf } => std::str::from_utf8(&buf[..usize::from(*len)]).unwrap_or_default(),
+            LeadRepr::Heap(s) => s,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.as_str().is_empty()
+    }
+}
+
+impl std::fmt::Display for Lead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// Options that change how the output starts.
@@ -549,7 +592,9 @@ impl Extractor {
             return None;
         }
         self.run.at_start = false;
-        let lead = std::mem::take(&mut self.run.ws);
+        // Copied out, not taken: the held buffer keeps its room for the next piece.
+        let lead = Lead::new(&self.run.ws);
+        self.run.ws.clear();
         self.run.ws.push_str(&text[keep..]);
         Some(Passed { lead, keep })
     }

@@ -22,7 +22,7 @@ pub mod scan;
 mod tools;
 pub mod typing;
 
-pub use engine::{Extraction, Extractor, FormatSet, Options, Passed, extract};
+pub use engine::{Extraction, Extractor, FormatSet, Lead, Options, Passed, extract};
 pub use event::{Call, Event};
 pub use tools::ToolIndex;
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use axum::body::{Body, Bytes};
 use common::*;
 use modelshim::openai::{Chunk, Completion};
-use modelshim::stream::{Assembler, Normalizer, completion_to_chunk, normalize::Settings};
+use modelshim::stream::{Assembler, Data, Normalizer, completion_to_chunk, normalize::Settings};
 use modelshim::toolcall::{FormatSet, ToolIndex};
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -82,18 +82,18 @@ fn wire(chunks: &[Value], fast: bool, settings: Settings) -> (Vec<Value>, usize)
     let mut norm = Normalizer::new(settings);
     let (mut out, mut sent, mut forwarded) = (Vec::new(), Vec::new(), 0);
     for c in chunks {
-        let mut payload = c.to_string();
+        let mut payload = Data::from(c.to_string());
         if fast {
             match norm.forward(payload) {
                 Ok(wire) => {
-                    sent.push(serde_json::from_str(&wire).unwrap());
+                    sent.push(serde_json::from_str(&wire.text()).unwrap());
                     forwarded += 1;
                     continue;
                 }
                 Err(back) => payload = back,
             }
         }
-        norm.push(serde_json::from_str::<Chunk>(&payload).unwrap(), &mut out);
+        norm.push(serde_json::from_slice::<Chunk>(payload.bytes()).unwrap(), &mut out);
         sent.extend(out.drain(..).map(|c| serde_json::to_value(c).unwrap()));
     }
     norm.finish(&mut out);

@@ -164,7 +164,7 @@ impl<C: Into<Out>, S: Stream<Item = Result<C, UpstreamError>>> Stream for SseEve
         }
         let ev = match std::task::ready!(self.chunks.as_mut().poll_next(cx)) {
             Some(Ok(c)) => match c.into() {
-                Out::Same(data) => sse::Event::data_owned(data),
+                Out::Same(wire) => sse::Event::forwarded(wire),
                 Out::Chunk(c) => sse::chunk(&c).unwrap_or_else(|ev| {
                     self.ended = true;
                     ev
