@@ -19,6 +19,7 @@ use crate::provider::upstream::{Events, JsonBody, Reply};
 use crate::provider::{Route, UpstreamError};
 use crate::state::StateStore;
 use crate::state::conversation::Chain;
+use super::route::Meter;
 use crate::stream::{Data, Forwarded, Normalizer, completion_to_chunk, normalize::Settings};
 use crate::toolcall::ToolIndex;
 
@@ -37,6 +38,7 @@ pub enum Started {
         /// The first chunk, normalized (forwarded, or parsed to be pushed).
         first: Option<Out>,
         norm: Normalizer,
+        meter: Option<Meter>,
     },
 }
 
@@ -51,8 +53,9 @@ impl Started {
                 let chunk = body.parse("a chat completion").map(completion_to_chunk);
                 futures_util::stream::once(async move { chunk }).boxed()
             }
-            Started::Stream { events, first, norm, conversation } => {
-                normalized(events, first, norm, memo(s, conversation), s.limits.max_answer_bytes).boxed()
+            Started::Stream { events, first, norm, conversation, meter } => {
+                let reading = Reading { meter, memo: memo(s, conversation), max: s.limits.max_answer_bytes };
+                normalized(events, first, norm, reading).boxed()
             }
         }
     }
@@ -106,7 +109,7 @@ pub async fn begin(
     let want_usage = !looping && client_stream && req.wants_usage();
     let single_call = !looping && req.extra.get("parallel_tool_calls") == Some(&Value::Bool(false));
     let bridge = s.vision_bridge.as_ref().map(|c| super::vision::Bridge::new(s, ctx, c));
-    let super::route::Sent { route, index, plan, reply, conversation, turn } =
+    let super::route::Sent { route, index, plan, reply, conversation, turn, meter } =
         super::route::send(s, ctx, routes, req, bridge.as_ref().map(|b| b as _)).await?;
     let provider = route.provider.clone();
     // The loop remembers reasoning itself (the splice, or its last turn's).
@@ -155,10 +158,10 @@ pub async fn begin(
                 return Err(e.into());
             }
             let first = match first {
-                Some(Ok(data)) => Some(read(&mut norm, data)?),
+                Some(Ok(data)) => Some(read(&mut norm, data, meter.as_ref())?),
                 _ => None,
             };
-            Started::Stream { events, first, norm, conversation: memo_conversation }
+            Started::Stream { events, first, norm, conversation: memo_conversation, meter }
         }
     };
     Ok(Begun { route, index, conversation, started })
@@ -216,9 +219,20 @@ pub enum Out {
 /// An upstream stream through the normalizer. The upstream is read only as
 /// fast as the client takes chunks (backpressure), and dropping the stream
 /// (client gone) drops the upstream connection.
-/// `max` caps the payload bytes read, for a reader that holds the answer.
-pub fn outs(events: Events, first: Option<Out>, norm: Normalizer, memo: Option<Memo>, max: usize) -> Outs {
-    Outs::new(events, first, norm, memo, max)
+pub fn outs(events: Events, first: Option<Out>, norm: Normalizer, reading: Reading) -> Outs {
+    Outs::new(events, first, norm, reading)
+}
+
+/// How a stream is read besides its normalizer.
+pub struct Reading {
+    /// Counts its events and usage.
+    pub meter: Option<Meter>,
+    /// Where the reasoning of turns that made calls is remembered (none:
+    /// nowhere, the caller keeps it).
+    pub memo: Option<Memo>,
+    /// The most payload bytes read, for a reader that holds the answer
+    /// (assembled, stored, or the agent loop's history).
+    pub max: usize,
 }
 
 /// Where and under which conversation a stream's reasoning is remembered.
@@ -243,13 +257,9 @@ pub struct Outs {
     ready: Vec<Chunk>,
     /// A payload sent on as it came, before anything else.
     same: Option<Forwarded>,
-    /// Where the reasoning of turns that made calls is remembered (none:
-    /// nowhere, the caller keeps it).
-    memo: Option<Memo>,
-    /// Payload bytes read so far, and the most an answer may have when its
-    /// reader holds it (assembled, stored, or the agent loop's history).
+    reading: Reading,
+    /// Payload bytes read so far.
     read: usize,
-    max: usize,
     state: OutsState,
 }
 
@@ -264,7 +274,7 @@ enum OutsState {
 }
 
 impl Outs {
-    fn new(events: Events, first: Option<Out>, mut norm: Normalizer, memo: Option<Memo>, max: usize) -> Self {
+    fn new(events: Events, first: Option<Out>, mut norm: Normalizer, reading: Reading) -> Self {
         // Room for one chunk: most upstream chunks make one or none.
         let mut ready = Vec::with_capacity(1);
         let mut same = None;
@@ -273,7 +283,7 @@ impl Outs {
             Some(Out::Same(wire)) => same = Some(wire),
             None => {}
         }
-        Outs { events, norm, ready, same, memo, read: 0, max, state: OutsState::Reading }
+        Outs { events, norm, ready, same, reading, read: 0, state: OutsState::Reading }
     }
 }
 
@@ -310,7 +320,9 @@ impl Stream for Outs {
             match std::task::ready!(this.events.poll_next_unpin(cx)) {
                 Some(Ok(data)) => {
                     this.read += data.len();
-                    let made = if this.read > this.max { Err(too_large(this.max)) } else { read(&mut this.norm, data) };
+                    let r = &this.reading;
+                    let made =
+                        if this.read > r.max { Err(too_large(r.max)) } else { read(&mut this.norm, data, r.meter.as_ref()) };
                     match made {
                         Ok(Out::Chunk(c)) => refill(&mut this.ready, |r| this.norm.push(c, r)),
                         same @ Ok(Out::Same(_)) => return Poll::Ready(Some(same)),
@@ -339,8 +351,8 @@ impl Outs {
     fn end(&mut self) {
         refill(&mut self.ready, |r| self.norm.finish(r));
         // Captured only for a reader that remembers them.
-        let captures = self.memo.as_ref().map(|_| self.norm.captures()).unwrap_or_default();
-        self.state = match self.memo.take() {
+        let captures = self.reading.memo.as_ref().map(|_| self.norm.captures()).unwrap_or_default();
+        self.state = match self.reading.memo.take() {
             Some(Memo { store, ttl, conversation }) if !captures.is_empty() => {
                 OutsState::Remembering(Box::pin(async move {
                     super::reasoning::remember(store.as_ref(), ttl, &conversation, &captures).await;
@@ -359,11 +371,21 @@ pub fn too_large(max: usize) -> UpstreamError {
 }
 
 /// An upstream payload as the normalizer takes it: sent on as it came (see
-/// [`Normalizer::forward`]), or parsed for [`Normalizer::push`].
-fn read(norm: &mut Normalizer, data: Data) -> Result<Out, UpstreamError> {
+/// [`Normalizer::forward`]), or parsed for [`Normalizer::push`]; counted by
+/// the meter.
+fn read(norm: &mut Normalizer, data: Data, meter: Option<&Meter>) -> Result<Out, UpstreamError> {
+    if let Some(m) = meter {
+        m.event();
+    }
     match norm.forward(data) {
         Ok(wire) => Ok(Out::Same(wire)),
-        Err(data) => parse_chunk(data.bytes()).map(Out::Chunk),
+        Err(data) => {
+            let c = parse_chunk(data.bytes())?;
+            if let Some(m) = meter {
+                m.chunk(&c);
+            }
+            Ok(Out::Chunk(c))
+        }
     }
 }
 
@@ -373,10 +395,9 @@ pub fn normalized(
     events: Events,
     first: Option<Out>,
     norm: Normalizer,
-    memo: Option<Memo>,
-    max: usize,
+    reading: Reading,
 ) -> impl Stream<Item = Result<Chunk, UpstreamError>> + Send {
-    outs(events, first, norm, memo, max).map(|o| match o? {
+    outs(events, first, norm, reading).map(|o| match o? {
         Out::Chunk(c) => Ok(c),
         // Forwarded, so the payload is its own normalized chunk.
         Out::Same(wire) => parse_chunk(wire.text().as_bytes()),
@@ -415,9 +436,9 @@ mod tests {
 
     fn stream_of(events: Events, store: Arc<dyn StateStore>) -> impl Stream<Item = Result<Value, UpstreamError>> {
         let mut norm = Normalizer::new(settings());
-        let first = read(&mut norm, Data::from(chunk(json!({"role": "assistant", "content": ""}), None))).ok();
+        let first = read(&mut norm, Data::from(chunk(json!({"role": "assistant", "content": ""}), None)), None).ok();
         let memo = Memo { store, ttl: std::time::Duration::from_secs(60), conversation: Chain::new(None) };
-        let outs = Outs::new(events, first, norm, Some(memo), 1 << 20);
+        let outs = Outs::new(events, first, norm, Reading { meter: None, memo: Some(memo), max: 1 << 20 });
         outs.map(|o| {
             o.map(|o| match o {
                 Out::Chunk(c) => serde_json::to_value(c).unwrap_or_default(),

@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 
-use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use serde_json::Value;
 
@@ -33,6 +32,36 @@ pub struct Sent {
     pub conversation: Option<Chain>,
     /// A whole answer's turn of the request's spend, for its usage once parsed.
     pub turn: Option<Arc<crate::spend::Turn>>,
+    /// A streamed answer's, for whoever reads its events.
+    pub meter: Option<Meter>,
+}
+
+/// What a streamed answer used, counted by whoever reads its events (the
+/// pipeline's reader, the vision bridge): every event, for an estimate when
+/// no usage comes, and the upstream's `usage` (metrics, the console, spend).
+/// Counted where the chunks are parsed anyway, so the events the fast path
+/// forwards (which carry no usage) are not searched for it.
+pub struct Meter {
+    ctx: Arc<RequestCtx>,
+    provider: Arc<crate::provider::Provider>,
+    model: String,
+    turn: Arc<crate::spend::Turn>,
+}
+
+impl Meter {
+    /// One event read.
+    pub fn event(&self) {
+        self.turn.event();
+    }
+
+    /// A parsed chunk's usage, when it has one.
+    pub fn chunk(&self, c: &crate::openai::Chunk) {
+        if let Some(u) = c.usage.as_ref().filter(|u| u.is_object()) {
+            let p = &self.provider;
+            let fields = &p.profile.response.usage;
+            self.ctx.usage(&p.name, p.metric_model(&self.model), u, Some((&self.turn, fields)));
+        }
+    }
 }
 
 /// A request's route or fallback chain — its scenario's (`[routes]`) or its
@@ -161,8 +190,8 @@ async fn attempt(s: &Core, ctx: &Arc<RequestCtx>, route: &Route, mut req: ChatRe
     // over both its pages, was reused as an open stream's connection buffer,
     // of which one page is used, so every open stream held a page more.
     let reply = Box::pin(resilience::post_chat(&s.upstream, p, &req, s.store.as_ref(), owner, ctx.shown())).await?;
-    let (reply, turn) = measured(reply, ctx, p, &route.model, price);
-    Ok(Sent { route: route.clone(), index: 0, plan, reply, conversation, turn })
+    let (turn, meter) = measured(&reply, ctx, route, price);
+    Ok(Sent { route: route.clone(), index: 0, plan, reply, conversation, turn, meter })
 }
 
 /// A streamed request asks the upstream for its usage (OpenAI-compatible
@@ -183,40 +212,27 @@ pub(crate) fn ask_for_usage(req: &mut ChatRequest) {
     }
 }
 
-/// Records time to first token now, and a stream's token usage (metrics,
-/// the console and spend) when it goes by.
+/// Records time to first token now, and starts the answer's turn of the
+/// spend: a whole answer's usage is counted where it is parsed, a stream's
+/// by its [`Meter`].
 fn measured(
-    reply: Reply,
+    reply: &Reply,
     ctx: &Arc<RequestCtx>,
-    p: &crate::provider::Provider,
-    model: &str,
+    route: &Route,
     price: Option<Arc<crate::spend::Price>>,
-) -> (Reply, Option<Arc<crate::spend::Turn>>) {
-    let label = p.metric_model(model);
+) -> (Option<Arc<crate::spend::Turn>>, Option<Meter>) {
+    let p = &route.provider;
+    let label = p.metric_model(&route.model);
     ctx.first_token(&p.name, label);
     let turn = ctx.spend.turn(&p.name, label, price);
     match reply {
-        // A whole answer's usage is counted where it is parsed.
         Reply::Json(body) => {
             turn.body(body.bytes().len());
-            (Reply::Json(body), Some(turn))
+            (Some(turn), None)
         }
-        Reply::Events(events) => {
-            let (provider, label) = (p.name.clone(), label.to_string());
-            let fields = p.profile.response.usage.clone();
-            let ctx = ctx.clone();
-            let stream = events.inspect(move |ev| {
-                let Ok(data) = ev else { return };
-                turn.event();
-                // Only the chunk carrying usage is parsed twice.
-                if crate::stream::usage::may_carry_usage(data.bytes())
-                    && let Ok(v) = serde_json::from_slice::<Value>(data.bytes())
-                    && let Some(u) = v.get("usage").filter(|u| u.is_object())
-                {
-                    ctx.usage(&provider, &label, u, Some((&turn, &fields)));
-                }
-            });
-            (Reply::Events(Box::pin(stream)), None)
+        Reply::Events(_) => {
+            let meter = Meter { ctx: ctx.clone(), provider: p.clone(), model: route.model.clone(), turn };
+            (None, Some(meter))
         }
     }
 }

@@ -197,7 +197,7 @@ impl<'a> Bridge<'a> {
             extra,
         };
         // No describer: the bridge itself must see (checked at startup).
-        let Sent { route, reply, turn, .. } = super::route::send(s, self.ctx, &routes, req, None).await?;
+        let Sent { route, reply, turn, meter, .. } = super::route::send(s, self.ctx, &routes, req, None).await?;
         let p = &route.provider;
         let label = p.metric_model(&route.model);
         let mut text = String::new();
@@ -216,9 +216,14 @@ impl<'a> Bridge<'a> {
             Reply::Events(mut events) => {
                 while let Some(ev) = events.next().await {
                     let ev = ev?;
-                    if let Ok(c) = serde_json::from_slice::<Chunk>(ev.bytes())
-                        && let Some(d) = c.choices.first().and_then(|c| c.delta.content.as_deref())
-                    {
+                    if let Some(m) = &meter {
+                        m.event();
+                    }
+                    let Ok(c) = serde_json::from_slice::<Chunk>(ev.bytes()) else { continue };
+                    if let Some(m) = &meter {
+                        m.chunk(&c);
+                    }
+                    if let Some(d) = c.choices.first().and_then(|c| c.delta.content.as_deref()) {
                         text.push_str(d);
                     }
                     if text.len() > self.cfg.max_description_bytes {

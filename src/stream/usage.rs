@@ -16,22 +16,6 @@ const COMMON: [(&str, &str); 3] =
 const CACHED: &str = "prompt_tokens_details.cached_tokens";
 const REASONING: &str = "completion_tokens_details.reasoning_tokens";
 
-/// Whether a chunk's text may carry a usage object: a `"usage"` key followed
-/// by `{`. Every chunk is asked, and most say no — some vendors write
-/// `"usage":null` into each one — so only a yes is parsed. Never a false no
-/// for a chunk whose top-level `usage` is an object (property-tested).
-pub fn may_carry_usage(data: &[u8]) -> bool {
-    static KEY: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
-        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"\"usage\""));
-    let b = data;
-    KEY.find_iter(b).any(|at| {
-        let rest = &b[at + 7..];
-        let rest = &rest[rest.iter().take_while(|c| c.is_ascii_whitespace()).count()..];
-        let Some(rest) = rest.strip_prefix(b":") else { return false };
-        rest.iter().find(|c| !c.is_ascii_whitespace()) == Some(&b'{')
-    })
-}
-
 /// Whether [`normalize`] would change `u` (an answer whose usage is already
 /// OpenAI's can be sent on as it came).
 pub fn needs_normalizing(u: &Value, extra: &BTreeMap<String, String>) -> bool {
@@ -132,28 +116,5 @@ mod tests {
         let plain = json!({"prompt_tokens": 1, "completion_tokens": 2, "total_tokens": 3});
         assert_eq!(norm(plain.clone(), &[]), plain);
         assert_eq!(norm(json!("odd"), &[]), json!("odd"));
-    }
-
-    #[test]
-    fn only_a_usage_object_is_worth_parsing() {
-        assert!(may_carry_usage(r#"{"choices":[],"usage":{"prompt_tokens":1}}"#.as_bytes()));
-        assert!(may_carry_usage(r#"{"usage" : 	{ }}"#.as_bytes()));
-        assert!(!may_carry_usage(r#"{"choices":[{"delta":{"content":"hi"}}],"usage":null}"#.as_bytes()));
-        assert!(!may_carry_usage(r#"{"choices":[{"delta":{"content":"the \"usage\" of it"}}]}"#.as_bytes()));
-        assert!(may_carry_usage(r#"{"a":"\"usage\"","usage":{}}"#.as_bytes()), "the key after a mention");
-    }
-
-    proptest::proptest! {
-        #[test]
-        fn a_chunk_with_a_usage_object_is_never_skipped(text in ".{0,20}", n in 0u64..1000, null: bool, spaced: bool) {
-            let usage = if null { Value::Null } else { serde_json::json!({"prompt_tokens": n}) };
-            let chunk = serde_json::json!({"choices": [{"delta": {"content": text}}], "usage": usage});
-            let data = if spaced { serde_json::to_string_pretty(&chunk).unwrap() } else { chunk.to_string() };
-            let parsed: Value = serde_json::from_str(&data).unwrap();
-            if parsed.get("usage").is_some_and(Value::is_object) {
-                proptest::prop_assert!(may_carry_usage(data.as_bytes()), "{}", data);
-            }
-            proptest::prop_assert_eq!(may_carry_usage(data.as_bytes()), !null);
-        }
     }
 }

@@ -55,8 +55,9 @@ pub async fn completions(
         return Ok(match started {
             // The stream's own path, so plain content deltas can be forwarded as they came.
             // Nothing of it is held, so no cap on its size.
-            Started::Stream { events, first, norm, conversation } => {
-                sse(pipeline::outs(events, first, norm, pipeline::memo(&s, conversation), usize::MAX))
+            Started::Stream { events, first, norm, conversation, meter } => {
+                let reading = pipeline::Reading { meter, memo: pipeline::memo(&s, conversation), max: usize::MAX };
+                sse(pipeline::outs(events, first, norm, reading))
             }
             whole => sse(whole.chunks(&s)),
         });
