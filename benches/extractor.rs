@@ -10,11 +10,11 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::{BufMut, Bytes, BytesMut};
 use criterion::{BatchSize, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use modelshim::openai::{Chunk, ChunkChoice, Delta};
-use bytes::{BufMut, Bytes, BytesMut};
-use modelshim::stream::{Data, Forwarded, Normalizer};
 use modelshim::stream::normalize::Settings;
+use modelshim::stream::{Data, Forwarded, Normalizer};
 use modelshim::toolcall::{Event, Extractor, FormatSet, ToolIndex};
 use serde_json::json;
 
@@ -341,7 +341,13 @@ fn chunk_path(c: &mut Criterion) {
                 let id = BenchmarkId::new(format!("{shape}/{recovery}"), if fast { "forward" } else { "full" });
                 g.bench_function(id, |b| {
                     b.iter_batched(
-                        || (Normalizer::new(settings(formats, tools)), payloads.clone(), BytesMut::with_capacity(64 << 10)),
+                        || {
+                            (
+                                Normalizer::new(settings(formats, tools)),
+                                payloads.clone(),
+                                BytesMut::with_capacity(64 << 10),
+                            )
+                        },
                         |(mut norm, payloads, mut wire)| {
                             let mut out = Vec::new();
                             for p in payloads {

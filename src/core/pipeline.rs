@@ -13,13 +13,13 @@ use serde_json::Value;
 
 use super::Core;
 use super::context::RequestCtx;
+use super::route::Meter;
 use crate::error::ApiError;
 use crate::openai::{ChatRequest, Chunk, Completion};
 use crate::provider::upstream::{Events, JsonBody, Reply};
 use crate::provider::{Route, UpstreamError};
 use crate::state::StateStore;
 use crate::state::conversation::Chain;
-use super::route::Meter;
 use crate::stream::{Data, Forwarded, Normalizer, completion_to_chunk, normalize::Settings};
 use crate::toolcall::ToolIndex;
 
@@ -321,8 +321,11 @@ impl Stream for Outs {
                 Some(Ok(data)) => {
                     this.read += data.len();
                     let r = &this.reading;
-                    let made =
-                        if this.read > r.max { Err(too_large(r.max)) } else { read(&mut this.norm, data, r.meter.as_ref()) };
+                    let made = if this.read > r.max {
+                        Err(too_large(r.max))
+                    } else {
+                        read(&mut this.norm, data, r.meter.as_ref())
+                    };
                     match made {
                         Ok(Out::Chunk(c)) => refill(&mut this.ready, |r| this.norm.push(c, r)),
                         same @ Ok(Out::Same(_)) => return Poll::Ready(Some(same)),

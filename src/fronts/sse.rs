@@ -123,7 +123,7 @@ impl Event {
     fn len(&self) -> usize {
         match &self.0 {
             Wire::Bytes(b) => b.len(),
-            Wire::Forwarded(f) => f.event().map_or(f.len() + 8, Bytes::len),
+            Wire::Forwarded(f) => f.event().map_or(f.size() + 8, Bytes::len),
         }
     }
 
@@ -148,7 +148,7 @@ impl Event {
             Wire::Forwarded(f) => match f.event() {
                 Some(ev) => ev.clone(),
                 None => {
-                    let mut b = BytesMut::with_capacity(f.len() + 8);
+                    let mut b = BytesMut::with_capacity(f.size() + 8);
                     Event(Wire::Forwarded(f)).write_to(&mut b);
                     b.freeze()
                 }

@@ -507,7 +507,9 @@ mod tests {
         let got: Vec<_> =
             events(body_of(body.chunks(256).collect()), Duration::from_secs(5), 8 << 20, None).collect().await;
         assert_eq!(got.len(), 1);
-        assert!(matches!(&got[0], Ok(d) if d.len() == SIZE && d.bytes().starts_with(b"xxx") && d.bytes().ends_with(b"xxx")));
+        assert!(
+            matches!(&got[0], Ok(d) if d.len() == SIZE && d.bytes().starts_with(b"xxx") && d.bytes().ends_with(b"xxx"))
+        );
     }
 
     #[tokio::test]

@@ -159,7 +159,13 @@ pub enum Forwarded {
     AsIs(Data),
     /// The text at `at..at + len` replaced by `lead` (whitespace held from
     /// earlier deltas) and the text's first `keep` bytes.
-    Reshaped { data: Data, at: usize, len: usize, lead: Lead, keep: usize },
+    Reshaped {
+        data: Data,
+        at: usize,
+        len: usize,
+        lead: Lead,
+        keep: usize,
+    },
 }
 
 impl Forwarded {
@@ -181,7 +187,7 @@ impl Forwarded {
     }
 
     /// The payload's length as sent.
-    pub fn len(&self) -> usize {
+    pub fn size(&self) -> usize {
         match self {
             Forwarded::AsIs(d) => d.len(),
             Forwarded::Reshaped { data, len, lead, keep, .. } => data.len() - len + keep + escaped_len(lead.as_str()),
@@ -204,7 +210,7 @@ impl Forwarded {
 
     /// The payload as sent, as text.
     pub fn text(&self) -> String {
-        let mut out = BytesMut::with_capacity(self.len());
+        let mut out = BytesMut::with_capacity(self.size());
         self.write(&mut out);
         String::from_utf8_lossy(&out).into_owned()
     }
@@ -465,7 +471,8 @@ mod tests {
 
     #[test]
     fn reads_a_plain_content_delta() {
-        let p = Plain::read(PLAIN.as_bytes()).map(|p| (p.id, p.object, p.created, p.model, p.index(), p.content().to_string()));
+        let p = Plain::read(PLAIN.as_bytes())
+            .map(|p| (p.id, p.object, p.created, p.model, p.index(), p.content().to_string()));
         assert_eq!(p, Some(("c1", "chat.completion.chunk", 7, "m", 0, "Hi".to_string())));
         let escaped = PLAIN.replace(r#""Hi""#, r#""a\nb\u00e9""#);
         assert_eq!(Plain::read(escaped.as_bytes()).map(|p| p.content().to_string()), Some("a\nbé".to_string()));
@@ -484,7 +491,7 @@ mod tests {
         let lead = Lead::new("\n \t\u{b}\u{3000}");
         let f = Forwarded::Reshaped { data: Data::from(payload.as_str()), at, len, lead, keep: 1 };
         let out = f.text();
-        assert_eq!(out.len(), f.len());
+        assert_eq!(out.len(), f.size());
         let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
         assert_eq!(v["choices"][0]["delta"]["content"], "\n \t\u{b}\u{3000}H");
         let escaped = PLAIN.replace(r#""Hi""#, r#""H\u0069""#);
@@ -497,7 +504,7 @@ mod tests {
         let f = Forwarded::AsIs(Data::in_event(ev.clone(), 6, ev.len() - 2));
         assert_eq!(f.event(), Some(&ev));
         assert!(f.one_line());
-        assert_eq!((f.text(), f.len()), (PLAIN.to_string(), PLAIN.len()));
+        assert_eq!((f.text(), f.size()), (PLAIN.to_string(), PLAIN.len()));
         let lines = Forwarded::AsIs(Data::from(PLAIN.replace(",", ",\n")));
         assert!(!lines.one_line());
     }
