@@ -49,6 +49,7 @@ where
         parser: None,
         parsing: false,
         started: false,
+        fresh: false,
         max_event,
         silence: Silence::new(idle),
         rec: rec.map(Box::new),
@@ -69,6 +70,9 @@ struct Payloads<S> {
     parsing: bool,
     /// Something was read (a byte-order mark counts only first).
     started: bool,
+    /// The silence was not yet broken by an event of the current read (the
+    /// events of one read arrived at one moment: the clock is read once).
+    fresh: bool,
     max_event: usize,
     silence: Silence,
     /// Boxed: most streams are not recorded.
@@ -125,6 +129,7 @@ where
                             }
                         }
                         this.read = read;
+                        this.fresh = true;
                     }
                     Poll::Ready(Some(Err(e))) => {
                         return this.fail(UpstreamError::Connect(format!("stream broken: {e}")));
@@ -151,7 +156,9 @@ where
             if this.parser.as_ref().is_none_or(|p| p.is_idle())
                 && let Some((start, end)) = one_data_line(&piece)
             {
-                this.silence.touch();
+                if std::mem::take(&mut this.fresh) {
+                    this.silence.touch();
+                }
                 let data = Data::in_event(piece, start, end);
                 if let Some(r) = this.rec.as_mut() {
                     r.event("message", &data.lossy());

@@ -190,7 +190,7 @@ impl Forwarded {
     pub fn size(&self) -> usize {
         match self {
             Forwarded::AsIs(d) => d.len(),
-            Forwarded::Reshaped { data, len, lead, keep, .. } => data.len() - len + keep + escaped_len(lead.as_str()),
+            Forwarded::Reshaped { data, len, lead, keep, .. } => data.len() - len + keep + escaped_len(lead.as_bytes()),
         }
     }
 
@@ -201,7 +201,7 @@ impl Forwarded {
             Forwarded::Reshaped { data, at, len, lead, keep } => {
                 let b = data.bytes();
                 out.extend_from_slice(&b[..*at]);
-                escape_into(lead.as_str(), out);
+                escape_into(lead.as_bytes(), out);
                 out.extend_from_slice(&b[*at..*at + *keep]);
                 out.extend_from_slice(&b[*at + *len..]);
             }
@@ -216,25 +216,26 @@ impl Forwarded {
     }
 }
 
-/// Whitespace as it is written inside a JSON string.
-fn escape_into(ws: &str, out: &mut BytesMut) {
-    for ch in ws.chars() {
-        match ch {
-            '\n' => out.extend_from_slice(b"\\n"),
-            '\r' => out.extend_from_slice(b"\\r"),
-            '\t' => out.extend_from_slice(b"\\t"),
-            c if u32::from(c) < 0x20 => out.extend_from_slice(format!("\\u{:04x}", u32::from(c)).as_bytes()),
-            c => out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes()),
+/// Whitespace as it is written inside a JSON string: the control
+/// characters escaped, everything else (UTF-8) as it is.
+fn escape_into(ws: &[u8], out: &mut BytesMut) {
+    for &b in ws {
+        match b {
+            b'\n' => out.extend_from_slice(b"\\n"),
+            b'\r' => out.extend_from_slice(b"\\r"),
+            b'\t' => out.extend_from_slice(b"\\t"),
+            b if b < 0x20 => out.extend_from_slice(format!("\\u{b:04x}").as_bytes()),
+            b => out.extend_from_slice(&[b]),
         }
     }
 }
 
-fn escaped_len(ws: &str) -> usize {
-    ws.chars()
-        .map(|c| match c {
-            '\n' | '\r' | '\t' => 2,
-            c if u32::from(c) < 0x20 => 6,
-            c => c.len_utf8(),
+fn escaped_len(ws: &[u8]) -> usize {
+    ws.iter()
+        .map(|&b| match b {
+            b'\n' | b'\r' | b'\t' => 2,
+            b if b < 0x20 => 6,
+            _ => 1,
         })
         .sum()
 }

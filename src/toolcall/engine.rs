@@ -444,13 +444,21 @@ impl Lead {
     pub fn as_str(&self) -> &str {
         match &self.0 {
             // A whole `str` was copied in, so this never fails.
-            LeadRepr::Inline { len, buf } => std::str::from_utf8(&buf[..usize::from(*len)]).unwrap_or_default(),
+            LeadRepr::Inline { .. } => std::str::from_utf8(self.as_bytes()).unwrap_or_default(),
             LeadRepr::Heap(s) => s,
         }
     }
 
+    /// The text's bytes (UTF-8), without checking them again.
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            LeadRepr::Inline { len, buf } => &buf[..usize::from(*len)],
+            LeadRepr::Heap(s) => s.as_bytes(),
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
-        self.as_str().is_empty()
+        self.as_bytes().is_empty()
     }
 }
 
