@@ -457,7 +457,7 @@ mod tests {
             Err(UpstreamError::Protocol("broken".into())),
         ])
         .chain(futures_util::stream::poll_fn(|_| panic!("the upstream was read after its error")));
-        let got: Vec<_> = stream_of(Box::pin(events), Arc::new(MemoryStore::new(16))).collect().await;
+        let got: Vec<_> = stream_of(Events::new(events), Arc::new(MemoryStore::new(16))).collect().await;
         assert!(matches!(got.last(), Some(Err(UpstreamError::Protocol(_)))), "{got:?}");
         assert_eq!(got.iter().filter(|o| o.is_err()).count(), 1, "{got:?}");
     }
@@ -471,7 +471,7 @@ mod tests {
             Ok(Data::from(chunk(json!({"tool_calls": [call]}), None))),
             Ok(Data::from(chunk(json!({}), Some("tool_calls")))),
         ]);
-        let mut outs = Box::pin(stream_of(Box::pin(events), store.clone()));
+        let mut outs = Box::pin(stream_of(Events::new(events), store.clone()));
         let mut finished = false;
         while let Some(item) = outs.next().await {
             let c = item.expect("no error");

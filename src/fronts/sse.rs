@@ -192,20 +192,21 @@ pub fn response(events: impl Stream<Item = Event> + Send + 'static) -> Response 
 }
 
 /// Body frames from events: the events ready now joined into one frame, and a
-/// keep-alive comment after [`KEEP_ALIVE`] of silence.
-struct Frames {
-    events: Pin<Box<dyn Stream<Item = Event> + Send>>,
+/// keep-alive comment after [`KEEP_ALIVE`] of silence. Generic, not a `dyn`
+/// stream: the events are polled once per event, the frames once per write.
+struct Frames<S> {
+    events: Pin<Box<S>>,
     idle: Silence,
     ended: bool,
 }
 
-impl Frames {
-    fn new(events: impl Stream<Item = Event> + Send + 'static) -> Self {
+impl<S: Stream<Item = Event> + Send + 'static> Frames<S> {
+    fn new(events: S) -> Self {
         Frames { events: Box::pin(events), idle: Silence::new(KEEP_ALIVE), ended: false }
     }
 }
 
-impl Stream for Frames {
+impl<S: Stream<Item = Event>> Stream for Frames<S> {
     type Item = Result<Bytes, std::convert::Infallible>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {

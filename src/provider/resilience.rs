@@ -353,10 +353,8 @@ fn key_fault(e: &UpstreamError) -> Option<keys::Why> {
 async fn first_event(mut events: super::upstream::Events) -> Result<Reply, UpstreamError> {
     match events.next().await {
         Some(Err(e)) => Err(e),
-        Some(Ok(first)) => {
-            Ok(Reply::Events(Box::pin(futures_util::stream::once(async move { Ok(first) }).chain(events))))
-        }
-        None => Ok(Reply::Events(Box::pin(futures_util::stream::empty()))),
+        Some(Ok(first)) => Ok(Reply::Events(events.with_first(first))),
+        None => Ok(Reply::Events(super::upstream::Events::empty())),
     }
 }
 

@@ -26,8 +26,41 @@ use super::UpstreamError;
 use super::record::Recording;
 use crate::stream::Data;
 
-/// A stream of SSE `data` payloads, ending at `[DONE]` or end of body.
-pub type Events = std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<Data, UpstreamError>> + Send>>;
+/// A stream of SSE `data` payloads, ending at `[DONE]` or end of body. Its
+/// first payload may have been read already and put back
+/// ([`with_first`](Self::with_first)): held here, not chained in front as a
+/// stream of its own, which every later payload would pass through.
+pub struct Events {
+    first: Option<Data>,
+    rest: Pin<Box<dyn Stream<Item = Result<Data, UpstreamError>> + Send>>,
+}
+
+impl Events {
+    pub fn new(rest: impl Stream<Item = Result<Data, UpstreamError>> + Send + 'static) -> Self {
+        Events { first: None, rest: Box::pin(rest) }
+    }
+
+    /// No payload at all.
+    pub fn empty() -> Self {
+        Events::new(futures_util::stream::empty())
+    }
+
+    /// `first`, read already, is given again before the rest.
+    pub fn with_first(self, first: Data) -> Self {
+        Events { first: Some(first), rest: self.rest }
+    }
+}
+
+impl Stream for Events {
+    type Item = Result<Data, UpstreamError>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(first) = self.first.take() {
+            return Poll::Ready(Some(Ok(first)));
+        }
+        self.rest.as_mut().poll_next(cx)
+    }
+}
 
 /// `data` payloads of an SSE body. Comment lines and keep-alives are skipped;
 /// `[DONE]` ends the stream; a body that ends without it ends with
@@ -43,7 +76,7 @@ where
     S: Stream<Item = Result<Bytes, E>> + Send + Unpin + 'static,
     E: std::fmt::Display + Send + 'static,
 {
-    Box::pin(Payloads {
+    Events::new(Payloads {
         body,
         read: Bytes::new(),
         parser: None,

@@ -307,7 +307,7 @@ impl Upstream {
                 Some(c) => {
                     use futures_util::StreamExt as _;
                     let c = c.clone();
-                    Box::pin(events.inspect(move |ev| {
+                    Events::new(events.inspect(move |ev| {
                         if let Ok(data) = ev {
                             c.upstream_event(&data.lossy());
                         }
