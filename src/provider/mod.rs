@@ -92,7 +92,7 @@ pub struct Provider {
     pub breaker: resilience::Breaker,
     /// The upstream model names the config or profile knows (`models`,
     /// alias targets): the only `model` label values of its metrics.
-    known_models: std::collections::HashSet<String>,
+    known_models: std::collections::HashSet<String, foldhash::fast::RandomState>,
     /// Prices by model glob: the config's, then the profile's.
     pub prices: crate::spend::Prices,
     /// Context windows and the vendor's overflow errors.
@@ -356,7 +356,8 @@ impl Providers {
             }
             let models = pc.models.clone().unwrap_or_else(|| profile.models.clone());
             let is_default = config.default_provider.as_deref() == Some(name.as_str());
-            let mut known_models: std::collections::HashSet<String> = models.iter().cloned().collect();
+            let mut known_models: std::collections::HashSet<String, foldhash::fast::RandomState> =
+                models.iter().cloned().collect();
             let scenario_targets =
                 [&config.routes.long_context, &config.routes.background, &config.routes.think, &config.routes.image]
                     .into_iter()

@@ -10,12 +10,13 @@
 //! everything else (TLS, proxies from the environment, other paths) through
 //! reqwest.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HOST, HeaderMap, HeaderName, HeaderValue};
 use http_body_util::{BodyExt, Either};
+use memchr::memmem;
 use serde_json::Value;
 
 use super::direct::{DirectUrl, Failed};
@@ -333,10 +334,10 @@ impl Upstream {
         // it counts against the circuit breaker and moves a chain along.
         let trimmed = body.0.trim_ascii();
         let object_like = trimmed.first() == Some(&b'{') && trimmed.last() == Some(&b'}');
-        if !object_like
-            || memchr::memmem::find(trimmed, b"\"error").is_some()
-            || memchr::memmem::find(trimmed, b"\"base_resp").is_some()
-        {
+        // Built once: a searcher made per call cost more than the search.
+        static ERROR: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| memmem::Finder::new(b"\"error"));
+        static BASE_RESP: LazyLock<memmem::Finder<'static>> = LazyLock::new(|| memmem::Finder::new(b"\"base_resp"));
+        if !object_like || ERROR.find(trimmed).is_some() || BASE_RESP.find(trimmed).is_some() {
             let v: Value = body.parse("JSON")?;
             if let Some(err) = error_in_success(&p.profile, &v) {
                 return Err(err);

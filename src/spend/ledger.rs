@@ -79,11 +79,15 @@ pub struct Ledger {
     /// Whether the store keeps shared counters (known after the first call).
     shared: AtomicBool,
     /// Per key name, per counter name.
-    slots: Mutex<HashMap<String, HashMap<String, Slot>>>,
+    slots: Mutex<Map<Map<Slot>>>,
     /// Per key name, today's used-counter names and the day they are of:
     /// a digest and eight strings a request need not make again.
-    named: Mutex<HashMap<String, (u64, Names)>>,
+    named: Mutex<Map<(u64, Names)>>,
 }
+
+/// By key or counter name (names from the config and ours): foldhash, not
+/// SipHash, as every request looks up several.
+type Map<V> = HashMap<String, V, foldhash::fast::RandomState>;
 
 /// A key's four counter names with their expiries.
 type Names = Arc<[(String, u64); 4]>;
@@ -179,8 +183,8 @@ impl Ledger {
             store,
             currency: currency.unwrap_or("USD").to_string(),
             shared: AtomicBool::new(true),
-            slots: Mutex::new(HashMap::new()),
-            named: Mutex::new(HashMap::new()),
+            slots: Mutex::new(Map::default()),
+            named: Mutex::new(Map::default()),
         }
     }
 
@@ -214,7 +218,7 @@ impl Ledger {
         let current = self.names_now(key, now);
         if let Ok(mut all) = self.slots.lock() {
             if !all.contains_key(key) {
-                all.insert(key.to_string(), HashMap::new());
+                all.insert(key.to_string(), Map::default());
             }
             let Some(slots) = all.get_mut(key) else { return };
             slots.retain(|_, s| s.expires > now);
