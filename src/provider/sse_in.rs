@@ -185,9 +185,9 @@ where
                 }
                 continue;
             }
-            let piece = next_piece(&mut this.read);
+            let (piece, one_line) = next_piece(&mut this.read);
             if this.parser.as_ref().is_none_or(|p| p.is_idle())
-                && let Some((start, end)) = one_data_line(&piece)
+                && let Some((start, end)) = one_data_line(&piece, one_line)
             {
                 if std::mem::take(&mut this.fresh) {
                     this.silence.touch();
@@ -385,24 +385,37 @@ fn payload(data: &[u8]) -> Payload {
 }
 
 /// Where the payload is in a piece that is exactly `data:[ ]<payload>\n\n`
-/// with no other line break in it (the SSE grammar gives that one event,
-/// whose data is the payload). Not checked for UTF-8 here: whoever reads
-/// the payload does (the fast path its text, the parser all of it).
-fn one_data_line(piece: &[u8]) -> Option<(usize, usize)> {
-    let rest = piece.strip_prefix(b"data:")?.strip_suffix(b"\n\n")?;
-    let start = if rest.first() == Some(&b' ') { 6 } else { 5 };
-    let end = piece.len() - 2;
-    if memchr::memchr2(b'\n', b'\r', &piece[start..end]).is_some() {
+/// with no other line break in it (`one_line`, from [`next_piece`]): the SSE
+/// grammar gives that one event, whose data is the payload. Not checked for
+/// UTF-8 here: whoever reads the payload does (the fast path its text, the
+/// parser all of it).
+fn one_data_line(piece: &[u8], one_line: bool) -> Option<(usize, usize)> {
+    let rest = piece.strip_prefix(b"data:")?;
+    if !one_line {
         return None;
     }
-    Some((start, end))
+    let start = if rest.first() == Some(&b' ') { 6 } else { 5 };
+    Some((start, piece.len() - 2))
 }
 
 /// The next piece of a read: up to and including its first blank line
 /// (`\n\n` or `\n\r\n`), or all of it. Cutting never changes what the parser
 /// reads (it keeps what is unfinished across pieces); the pieces share the
-/// read's memory.
-fn next_piece(rest: &mut Bytes) -> Bytes {
+/// read's memory. True when the piece is one line ending in `\n\n`, with no
+/// other line break: what vendors send for every event, found in one pass.
+fn next_piece(rest: &mut Bytes) -> (Bytes, bool) {
+    let b = &rest[..];
+    if let Some(i) = memchr::memchr2(b'\n', b'\r', b)
+        && b[i] == b'\n'
+        && b.get(i + 1) == Some(&b'\n')
+    {
+        return (rest.split_to(i + 2), true);
+    }
+    (next_blank(rest), false)
+}
+
+/// [`next_piece`] of a piece of several lines (or none complete).
+fn next_blank(rest: &mut Bytes) -> Bytes {
     let b = &rest[..];
     let mut from = 0;
     while let Some(i) = memchr::memchr(b'\n', &b[from..]).map(|i| from + i) {
@@ -426,8 +439,16 @@ mod tests {
 
     fn pieces(s: &str) -> Vec<String> {
         let mut read = Bytes::copy_from_slice(s.as_bytes());
-        std::iter::from_fn(|| (!read.is_empty()).then(|| String::from_utf8_lossy(&next_piece(&mut read)).into_owned()))
-            .collect()
+        std::iter::from_fn(|| {
+            (!read.is_empty()).then(|| String::from_utf8_lossy(&next_piece(&mut read).0).into_owned())
+        })
+        .collect()
+    }
+
+    /// Where the payload of the first piece of `read` is, when it is one data line.
+    fn one_data_line(read: &'static [u8]) -> Option<(usize, usize)> {
+        let (piece, one_line) = next_piece(&mut Bytes::from_static(read));
+        super::one_data_line(&piece, one_line)
     }
 
     #[test]
@@ -439,6 +460,9 @@ mod tests {
         assert_eq!(one_data_line(b"data: a\r\n\r\n"), None);
         assert_eq!(one_data_line(b"event: x\ndata: a\n\n"), None);
         assert_eq!(one_data_line(b"data: a\n"), None);
+        assert_eq!(one_data_line(b"data: a\rb\n\n"), None, "a lone CR ends a line too");
+        assert_eq!(one_data_line(b"data: a\n\r\n"), None);
+        assert_eq!(one_data_line(b"data: a\n\ndata: b\n\n"), Some((6, 7)), "the first event of a read");
         assert_eq!(one_data_line(b": data: a\n\n"), None);
         // Read as it is: whoever reads the payload checks it is UTF-8.
         assert_eq!(one_data_line(b"data: \xff\n\n"), Some((6, 7)));
