@@ -130,14 +130,7 @@ impl Event {
     fn write_to(&self, frame: &mut BytesMut) {
         match &self.0 {
             Wire::Bytes(b) => frame.extend_from_slice(b),
-            Wire::Forwarded(f) => match f.event() {
-                Some(ev) => frame.extend_from_slice(ev),
-                None => {
-                    frame.extend_from_slice(b"data: ");
-                    f.write(frame);
-                    frame.extend_from_slice(b"\n\n");
-                }
-            },
+            Wire::Forwarded(f) => f.write_event(frame),
         }
     }
 

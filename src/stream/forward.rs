@@ -194,6 +194,29 @@ impl Forwarded {
         }
     }
 
+    /// Appends the whole event (`data: <payload>\n\n`), when the payload
+    /// is one line ([`one_line`](Self::one_line)): the upstream's own bytes
+    /// around the text when it wrote the event so.
+    pub fn write_event(&self, out: &mut BytesMut) {
+        match self {
+            Forwarded::AsIs(d) if let Some(ev) = d.event() => out.extend_from_slice(ev),
+            Forwarded::Reshaped { data, at, len, lead, keep } if let Some(ev) = data.event() => {
+                // The event's bytes up to the text start with `data: `, and
+                // those after it end with the blank line.
+                let at = at + super::data::PREFIX.len();
+                out.extend_from_slice(&ev[..at]);
+                escape_into(lead.as_bytes(), out);
+                out.extend_from_slice(&ev[at..at + *keep]);
+                out.extend_from_slice(&ev[at + *len..]);
+            }
+            _ => {
+                out.extend_from_slice(b"data: ");
+                self.write(out);
+                out.extend_from_slice(b"\n\n");
+            }
+        }
+    }
+
     /// Appends the payload as sent.
     pub fn write(&self, out: &mut BytesMut) {
         match self {
@@ -508,6 +531,26 @@ mod tests {
         assert_eq!((f.text(), f.size()), (PLAIN.to_string(), PLAIN.len()));
         let lines = Forwarded::AsIs(Data::from(PLAIN.replace(",", ",\n")));
         assert!(!lines.one_line());
+    }
+
+    /// A reshaped payload is the same event whether it is written from the
+    /// upstream's event or framed anew.
+    #[test]
+    fn a_reshaped_event_is_written_around_the_upstreams_bytes() {
+        let at = PLAIN.find("Hi").unwrap_or_default();
+        let ev = Bytes::from(format!("data: {PLAIN}\n\n"));
+        for (lead, keep) in [("", 1), (" ", 2), ("\n\t", 0), ("\u{3000} ", 1)] {
+            let reshaped = |data| Forwarded::Reshaped { data, at, len: 2, lead: Lead::new(lead), keep };
+            let read = reshaped(Data::in_event(ev.clone(), 6, ev.len() - 2));
+            let framed = reshaped(Data::from(PLAIN));
+            let (mut a, mut b) = (BytesMut::new(), BytesMut::new());
+            read.write_event(&mut a);
+            framed.write_event(&mut b);
+            assert_eq!(a, b, "{lead:?}");
+            assert_eq!(a, format!("data: {}\n\n", read.text()).as_bytes(), "{lead:?}");
+            let v: serde_json::Value = serde_json::from_str(&read.text()).unwrap_or_default();
+            assert_eq!(v["choices"][0]["delta"]["content"], format!("{lead}{}", &"Hi"[..keep]));
+        }
     }
 
     #[test]

@@ -433,11 +433,14 @@ const LEAD_INLINE: usize = 22;
 
 impl Lead {
     pub fn new(s: &str) -> Self {
-        if s.len() > LEAD_INLINE {
-            return Lead(LeadRepr::Heap(s.into()));
-        }
         let mut buf = [0; LEAD_INLINE];
-        buf[..s.len()].copy_from_slice(s.as_bytes());
+        match s.as_bytes() {
+            [] => {}
+            // Nearly always one space or line break: no copy loop.
+            [b] => buf[0] = *b,
+            b if b.len() <= LEAD_INLINE => buf[..b.len()].copy_from_slice(b),
+            _ => return Lead(LeadRepr::Heap(s.into())),
+        }
         Lead(LeadRepr::Inline { len: s.len() as u8, buf })
     }
 

@@ -36,8 +36,17 @@ pub fn trim_start(s: &str) -> &str {
     }
 }
 
-/// `str::trim_end`, short-cut like [`trim_start`].
+/// `str::trim_end`, short-cut like [`trim_start`]; the ASCII spaces a
+/// streamed token ends with are taken off bytewise, and only a text that
+/// ends in something else walks the Unicode way.
 pub fn trim_end(s: &str) -> &str {
+    let b = s.as_bytes();
+    let mut n = b.len();
+    // Unicode's White_Space in ASCII: tab, LF, VT, FF, CR and the space.
+    while n > 0 && matches!(b[n - 1], b'\t'..=b'\r' | b' ') {
+        n -= 1;
+    }
+    let s = s.get(..n).unwrap_or(s);
     match s.as_bytes().last() {
         Some(b'!'..=b'~') | None => s,
         Some(_) => s.trim_end(),
