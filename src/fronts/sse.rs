@@ -41,7 +41,7 @@ enum Wire {
     /// Already in wire form.
     Bytes(Bytes),
     /// An upstream payload sent on (one line): an event the upstream wrote
-    /// so is written as it came, a lone one without a copy.
+    /// so is written as it came.
     Forwarded(Forwarded),
 }
 
@@ -138,8 +138,11 @@ impl Event {
     pub fn into_bytes(self) -> Bytes {
         match self.0 {
             Wire::Bytes(b) => b,
+            // Copied, not handed on as a slice: a slice would keep the whole
+            // read it came in (4 KiB or more) alive while hyper queues it for
+            // a slow client, up to its sixteen queued buffers per stream.
             Wire::Forwarded(f) => match f.event() {
-                Some(ev) => ev.clone(),
+                Some(ev) => Bytes::copy_from_slice(ev),
                 None => {
                     let mut b = BytesMut::with_capacity(f.size() + 8);
                     Event(Wire::Forwarded(f)).write_to(&mut b);
@@ -268,6 +271,20 @@ mod tests {
                 proptest::prop_assert_eq!(check(Event::forwarded(read)), (want.clone(), want.len(), want));
             }
         }
+    }
+
+    /// A lone forwarded event goes to hyper in memory of its own size: as a
+    /// slice it kept the whole read alive for as long as hyper queued it.
+    #[test]
+    fn a_lone_forwarded_event_does_not_hold_the_read_it_came_in() {
+        let mut read = b"data: {\"a\":1}\n\n".to_vec();
+        read.resize(4096, b' ');
+        let read = Bytes::from(read);
+        let f = Forwarded::AsIs(Data::in_event(read.slice(..15), 6, 13));
+        let out = Event::forwarded(f).into_bytes();
+        assert_eq!(out, &b"data: {\"a\":1}\n\n"[..]);
+        let inside = read.as_ptr_range().contains(&out.as_ptr());
+        assert!(!inside, "the event is a slice of the read");
     }
 
     #[test]
