@@ -190,7 +190,12 @@ fn parse_chunk(data: &[u8]) -> Result<Chunk, UpstreamError> {
         crate::provider::map_error(&Default::default(), status as u16, data)
     };
     let text = || String::from_utf8_lossy(data);
-    match serde_json::from_slice::<Chunk>(data) {
+    // Checked whole, once, then read as text (see `Plain::read`).
+    let chunk = match std::str::from_utf8(data) {
+        Ok(t) => serde_json::from_str::<Chunk>(t),
+        Err(_) => serde_json::from_slice::<Chunk>(data),
+    };
+    match chunk {
         Ok(c) => match c.extra.get("error").filter(|e| !e.is_null()) {
             Some(e) => Err(in_band(e)),
             None => Ok(c),

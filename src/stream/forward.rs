@@ -79,7 +79,9 @@ impl<'a> Plain<'a> {
     /// too) and perhaps `role: "assistant"` (see [`says_role`](Self::says_role)),
     /// `finish_reason: null`, and no `usage`.
     pub fn read(payload: &'a [u8]) -> Option<Self> {
-        let p: Plain<'a> = serde_json::from_slice(payload).ok()?;
+        // Checked whole, once: serde's reader of bytes checks every string
+        // on its own, which costs more over a chunk's many short ones.
+        let p: Plain<'a> = serde_json::from_str(std::str::from_utf8(payload).ok()?).ok()?;
         let d = &p.choices.0.delta;
         let plain = p.choices.0.finish_reason.0
             && !d.text().is_empty()
