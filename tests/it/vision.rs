@@ -278,25 +278,52 @@ async fn the_bridges_tokens_are_billed_to_the_requesting_key() {
     r.text().await.unwrap();
     // The text model's 2 tokens and the bridge's.
     let want = BRIDGE_TOKENS + 2;
+    billed(&s, want).await;
+}
+
+/// Waits until the key `sk-eyes-key` has been billed `want` tokens today.
+async fn billed(s: &Setup, want: u64) {
     let start = std::time::Instant::now();
     loop {
-        let u: Value = s
-            .proxy
-            .http
-            .get(s.proxy.url("/v1/usage"))
-            .bearer_auth("sk-eyes-key")
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let r = s.proxy.http.get(s.proxy.url("/v1/usage")).bearer_auth("sk-eyes-key").send().await.unwrap();
+        let u: Value = r.json().await.unwrap();
         if u["today"]["tokens"] == want {
-            break;
+            return;
         }
         assert!(start.elapsed() < std::time::Duration::from_secs(3), "usage never got there: {u}");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+}
+
+/// A bridge whose upstream answers as a stream (a gateway that always
+/// streams): its description is read off the events, and the usage in its
+/// last event is billed, counted by the bridge's own reader of the events.
+#[tokio::test]
+async fn a_bridge_that_answers_as_a_stream_is_read_and_billed() {
+    let auth: modelshim::config::auth::AuthConfig =
+        toml::from_str("keys = [{ key = \"sk-eyes-key\", name = \"eyes\" }]\n").unwrap();
+    let s = setup(true, |_| say("ok"), move |c| c.auth = Some(auth)).await;
+    let (first, rest) = DESCRIPTION.split_at(DESCRIPTION.len() / 2);
+    let mut last = chunk(json!({}), Some("stop"));
+    last["usage"] = json!({"prompt_tokens": 1000, "completion_tokens": 234, "total_tokens": BRIDGE_TOKENS});
+    let body = sse_body(&[
+        chunk(json!({"role": "assistant", "content": first}), None),
+        chunk(json!({"content": rest}), None),
+        last,
+    ]);
+    Mock::given(method("POST"))
+        .and(path("/v1/chat/completions"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(body, "text/event-stream"))
+        .with_priority(1)
+        .mount(&s.upstreams.servers.1)
+        .await;
+    let r = s.proxy.http.post(s.proxy.url("/v1/chat/completions")).bearer_auth("sk-eyes-key");
+    let r = r.json(&ask_about(&data_url(PNG))).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    r.text().await.unwrap();
+    assert_described(&log(&s.text)[0]);
+    let want = BRIDGE_TOKENS + 2;
+    billed(&s, want).await;
 }
 
 #[tokio::test]
