@@ -54,9 +54,11 @@ impl Meter {
         self.turn.event();
     }
 
-    /// A parsed chunk's usage, when it has one.
+    /// A parsed chunk's usage, when it has one: at the top, or in a choice
+    /// (where Kimi puts it, on the last chunk).
     pub fn chunk(&self, c: &crate::openai::Chunk) {
-        if let Some(u) = c.usage.as_ref().filter(|u| u.is_object()) {
+        let in_choice = || c.choices.iter().find_map(|ch| ch.extra.get("usage"));
+        if let Some(u) = c.usage.as_ref().or_else(in_choice).filter(|u| u.is_object()) {
             let p = &self.provider;
             let fields = &p.profile.response.usage;
             self.ctx.usage(&p.name, p.metric_model(&self.model), u, Some((&self.turn, fields)));

@@ -85,6 +85,25 @@ async fn usage_until(p: &Proxy, name: &str, done: impl Fn(&Value) -> bool) -> Va
     }
 }
 
+/// An upstream that answers every request with these chunks as SSE.
+async fn sse_upstream(chunks: &[Value]) -> MockServer {
+    let server = MockServer::start().await;
+    Mock::given(method("POST"))
+        .respond_with(ResponseTemplate::new(200).set_body_raw(sse_body(chunks), "text/event-stream"))
+        .mount(&server)
+        .await;
+    server
+}
+
+/// A streamed "hi" under key `name`: the SSE text.
+async fn stream_hi(p: &Proxy, name: &str) -> String {
+    let body = json!({"model": "v/m", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
+    let r = p.http.post(p.url("/v1/chat/completions")).bearer_auth(format!("sk-{name}-key")).json(&body);
+    let r = r.send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    r.text().await.unwrap()
+}
+
 fn hi() -> Value {
     json!({"model": "v/m", "messages": [{"role": "user", "content": "hi"}]})
 }
@@ -113,28 +132,27 @@ async fn a_deepseek_answer_with_cache_hits_costs_what_the_hand_computation_says(
         json!({"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [],
                "usage": deepseek_usage()}),
     ];
-    let sse = MockServer::start().await;
-    Mock::given(method("POST"))
-        .respond_with(ResponseTemplate::new(200).set_body_raw(sse_body(&chunks), "text/event-stream"))
-        .mount(&sse)
-        .await;
+    let sse = sse_upstream(&chunks).await;
     let p = keyed(&sse.uri(), "cachehit-sse", "").await;
-    let r = p
-        .http
-        .post(p.url("/v1/chat/completions"))
-        .bearer_auth("sk-cachehit-sse-key")
-        .json(&json!({"model": "v/m", "stream": true, "messages": [{"role": "user", "content": "hi"}]}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 200);
-    let text = r.text().await.unwrap();
+    let text = stream_hi(&p, "cachehit-sse").await;
     assert!(text.contains("[DONE]"), "{text}");
     let u = usage_until(&p, "cachehit-sse", |u| u["today"]["tokens"] == 1500).await;
     assert!(close(u["today"]["cost"].as_f64().unwrap(), HAND_COST), "{u}");
     // The upstream was asked for usage though the client did not ask.
     let sent: Value = serde_json::from_slice(&sse.received_requests().await.unwrap()[0].body).unwrap();
     assert_eq!(sent["stream_options"]["include_usage"], true, "{sent}");
+
+    // Kimi puts the usage in the last chunk's choice (fixtures/moonshot/chat_stream.json):
+    // billed the same, not estimated.
+    let mut last = chunk(json!({}), Some("stop"));
+    last["choices"][0]["usage"] = deepseek_usage();
+    let chunks = vec![chunk(json!({"role": "assistant", "content": "ok"}), None), last];
+    let kimi = sse_upstream(&chunks).await;
+    let k = keyed(&kimi.uri(), "in-choice", "").await;
+    let text = stream_hi(&k, "in-choice").await;
+    assert!(text.contains("[DONE]"), "{text}");
+    let u = usage_until(&k, "in-choice", |u| u["today"]["tokens"] == 1500).await;
+    assert!(close(u["today"]["cost"].as_f64().unwrap(), HAND_COST), "{u}");
 
     // Prometheus: tokens and cost by key, provider and model.
     let m = p.http.get(p.url("/metrics")).send().await.unwrap().text().await.unwrap();
