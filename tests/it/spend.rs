@@ -95,13 +95,20 @@ async fn sse_upstream(chunks: &[Value]) -> MockServer {
     server
 }
 
-/// A streamed "hi" under key `name`: the SSE text.
-async fn stream_hi(p: &Proxy, name: &str) -> String {
+/// A streamed "hi" under key `name` to an upstream that answers `chunks`
+/// with DeepSeek's usage somewhere in them: billed the hand-computed cost.
+async fn streamed_at_hand_cost(chunks: &[Value], name: &str) -> (MockServer, Proxy) {
+    let server = sse_upstream(chunks).await;
+    let p = keyed(&server.uri(), name, "").await;
     let body = json!({"model": "v/m", "stream": true, "messages": [{"role": "user", "content": "hi"}]});
     let r = p.http.post(p.url("/v1/chat/completions")).bearer_auth(format!("sk-{name}-key")).json(&body);
     let r = r.send().await.unwrap();
     assert_eq!(r.status(), 200);
-    r.text().await.unwrap()
+    let text = r.text().await.unwrap();
+    assert!(text.contains("[DONE]"), "{text}");
+    let u = usage_until(&p, name, |u| u["today"]["tokens"] == 1500).await;
+    assert!(close(u["today"]["cost"].as_f64().unwrap(), HAND_COST), "{u}");
+    (server, p)
 }
 
 fn hi() -> Value {
@@ -132,12 +139,7 @@ async fn a_deepseek_answer_with_cache_hits_costs_what_the_hand_computation_says(
         json!({"id": "up-1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": [],
                "usage": deepseek_usage()}),
     ];
-    let sse = sse_upstream(&chunks).await;
-    let p = keyed(&sse.uri(), "cachehit-sse", "").await;
-    let text = stream_hi(&p, "cachehit-sse").await;
-    assert!(text.contains("[DONE]"), "{text}");
-    let u = usage_until(&p, "cachehit-sse", |u| u["today"]["tokens"] == 1500).await;
-    assert!(close(u["today"]["cost"].as_f64().unwrap(), HAND_COST), "{u}");
+    let (sse, p) = streamed_at_hand_cost(&chunks, "cachehit-sse").await;
     // The upstream was asked for usage though the client did not ask.
     let sent: Value = serde_json::from_slice(&sse.received_requests().await.unwrap()[0].body).unwrap();
     assert_eq!(sent["stream_options"]["include_usage"], true, "{sent}");
@@ -147,12 +149,7 @@ async fn a_deepseek_answer_with_cache_hits_costs_what_the_hand_computation_says(
     let mut last = chunk(json!({}), Some("stop"));
     last["choices"][0]["usage"] = deepseek_usage();
     let chunks = vec![chunk(json!({"role": "assistant", "content": "ok"}), None), last];
-    let kimi = sse_upstream(&chunks).await;
-    let k = keyed(&kimi.uri(), "in-choice", "").await;
-    let text = stream_hi(&k, "in-choice").await;
-    assert!(text.contains("[DONE]"), "{text}");
-    let u = usage_until(&k, "in-choice", |u| u["today"]["tokens"] == 1500).await;
-    assert!(close(u["today"]["cost"].as_f64().unwrap(), HAND_COST), "{u}");
+    streamed_at_hand_cost(&chunks, "in-choice").await;
 
     // Prometheus: tokens and cost by key, provider and model.
     let m = p.http.get(p.url("/metrics")).send().await.unwrap().text().await.unwrap();
