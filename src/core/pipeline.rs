@@ -408,7 +408,7 @@ pub fn normalized(
     outs(events, first, norm, reading).map(|o| match o? {
         Out::Chunk(c) => Ok(c),
         // Forwarded, so the payload is its own normalized chunk.
-        Out::Same(wire) => parse_chunk(wire.text().as_bytes()),
+        Out::Same(wire) => parse_chunk(&wire.payload()),
     })
 }
 

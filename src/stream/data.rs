@@ -22,7 +22,7 @@ pub struct Data {
 }
 
 /// What the SSE grammar's `data: ` line adds around the data.
-pub(super) const PREFIX: &[u8] = b"data: ";
+const PREFIX: &[u8] = b"data: ";
 const SUFFIX: &[u8] = b"\n\n";
 
 impl Data {

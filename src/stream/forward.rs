@@ -198,25 +198,15 @@ impl Forwarded {
 
     /// Appends the whole event (`data: <payload>\n\n`), when the payload
     /// is one line ([`one_line`](Self::one_line)): the upstream's own bytes
-    /// around the text when it wrote the event so.
+    /// when it came as such an event and goes out as it came.
     pub fn write_event(&self, out: &mut BytesMut) {
-        match self {
-            Forwarded::AsIs(d) if let Some(ev) = d.event() => out.extend_from_slice(ev),
-            Forwarded::Reshaped { data, at, len, lead, keep } if let Some(ev) = data.event() => {
-                // The event's bytes up to the text start with `data: `, and
-                // those after it end with the blank line.
-                let at = at + super::data::PREFIX.len();
-                out.extend_from_slice(&ev[..at]);
-                escape_into(lead.as_bytes(), out);
-                out.extend_from_slice(&ev[at..at + *keep]);
-                out.extend_from_slice(&ev[at + *len..]);
-            }
-            _ => {
-                out.extend_from_slice(b"data: ");
-                self.write(out);
-                out.extend_from_slice(b"\n\n");
-            }
+        if let Some(ev) = self.event() {
+            out.extend_from_slice(ev);
+            return;
         }
+        out.extend_from_slice(b"data: ");
+        self.write(out);
+        out.extend_from_slice(b"\n\n");
     }
 
     /// Appends the payload as sent.
@@ -225,19 +215,37 @@ impl Forwarded {
             Forwarded::AsIs(d) => out.extend_from_slice(d.bytes()),
             Forwarded::Reshaped { data, at, len, lead, keep } => {
                 let b = data.bytes();
-                out.extend_from_slice(&b[..*at]);
+                // The normalizer made the offsets from these bytes; were they
+                // ever off, the payload would go out as it came, not panic.
+                let (Some(head), Some(body), Some(tail)) = (b.get(..*at), b.get(*at..*at + *keep), b.get(*at + *len..))
+                else {
+                    out.extend_from_slice(b);
+                    return;
+                };
+                out.extend_from_slice(head);
                 escape_into(lead.as_bytes(), out);
-                out.extend_from_slice(&b[*at..*at + *keep]);
-                out.extend_from_slice(&b[*at + *len..]);
+                out.extend_from_slice(body);
+                out.extend_from_slice(tail);
+            }
+        }
+    }
+
+    /// The payload as sent: the upstream's bytes themselves when it goes
+    /// out as it came.
+    pub fn payload(&self) -> Cow<'_, [u8]> {
+        match self {
+            Forwarded::AsIs(d) => Cow::Borrowed(d.bytes()),
+            Forwarded::Reshaped { .. } => {
+                let mut out = BytesMut::with_capacity(self.size());
+                self.write(&mut out);
+                Cow::Owned(out.to_vec())
             }
         }
     }
 
     /// The payload as sent, as text.
     pub fn text(&self) -> String {
-        let mut out = BytesMut::with_capacity(self.size());
-        self.write(&mut out);
-        String::from_utf8_lossy(&out).into_owned()
+        String::from_utf8_lossy(&self.payload()).into_owned()
     }
 }
 
@@ -535,10 +543,10 @@ mod tests {
         assert!(!lines.one_line());
     }
 
-    /// A reshaped payload is the same event whether it is written from the
-    /// upstream's event or framed anew.
+    /// A reshaped payload is the same event whether the upstream sent it as
+    /// one `data: ` line or in another shape.
     #[test]
-    fn a_reshaped_event_is_written_around_the_upstreams_bytes() {
+    fn a_reshaped_event_is_the_same_whatever_shape_it_came_in() {
         let at = PLAIN.find("Hi").unwrap_or_default();
         let ev = Bytes::from(format!("data: {PLAIN}\n\n"));
         for (lead, keep) in [("", 1), (" ", 2), ("\n\t", 0), ("\u{3000} ", 1)] {
