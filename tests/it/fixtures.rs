@@ -107,8 +107,15 @@ struct Outcome {
 }
 
 /// Runs one fixture through the proxy with its vendor's bundled profile.
-async fn run(vendor: &str, source: &str, text: &str) -> Outcome {
-    let fx = Fixture::parse(source, text).unwrap();
+/// The real proxy, with `vendor`'s bundled profile, in front of a replay
+/// server that serves the one fixture `text`; `tweak` may change the config.
+async fn replayed(
+    vendor: &str,
+    source: &str,
+    text: &str,
+    rec: Option<&Path>,
+    tweak: impl FnOnce(&mut Config),
+) -> (Proxy, Arc<Replay>) {
     let (replay, problems) = Replay::new([(source.to_string(), text.to_string())], 0.0);
     assert!(problems.is_empty(), "{problems:?}");
     let replay = Arc::new(replay);
@@ -120,9 +127,15 @@ async fn run(vendor: &str, source: &str, text: &str) -> Outcome {
         vendor.to_string(),
         ProviderConfig { base_url: Some(format!("http://{addr}/v1")), ..Default::default() },
     );
+    tweak(&mut config);
+    (serve_state(AppState::build(&config, &profiles, rec).unwrap()).await, replay)
+}
+
+async fn run(vendor: &str, source: &str, text: &str) -> Outcome {
+    let fx = Fixture::parse(source, text).unwrap();
     // The proxy records what it sends upstream, to snapshot it too.
     let rec = tempfile::tempdir().unwrap();
-    let p = serve_state(AppState::build(&config, &profiles, Some(rec.path())).unwrap()).await;
+    let (p, replay) = replayed(vendor, source, text, Some(rec.path()), |_| {}).await;
 
     let req = client_request(vendor, &fx);
     let streamed = req["stream"].as_bool().unwrap_or(false);
@@ -196,6 +209,34 @@ async fn every_fixture_through_the_proxy_matches_its_snapshot() {
         inexact.is_empty(),
         "request.body differs from what the proxy sends (run with FIXTURES_BLESS_REQUESTS=1 to update): {inexact:?}"
     );
+}
+
+/// Kimi's recorded stream carries its usage inside the last chunk's choice:
+/// the key is billed those tokens, not an estimate.
+#[tokio::test]
+async fn a_recorded_kimi_stream_bills_the_usage_in_its_choice() {
+    let source = "fixtures/moonshot/chat_stream.json";
+    let text = std::fs::read_to_string(root().join(source)).unwrap();
+    let fx = Fixture::parse(source, &text).unwrap();
+    let auth: modelshim::config::auth::AuthConfig =
+        toml::from_str("keys = [{ key = \"sk-kimi-key\", name = \"kimi\" }]\n").unwrap();
+    let (p, _replay) = replayed("moonshot", source, &text, None, move |c| c.auth = Some(auth)).await;
+    let req = client_request("moonshot", &fx);
+    assert_eq!(req["stream"], true, "{req}");
+    let r = p.http.post(p.url("/v1/chat/completions")).bearer_auth("sk-kimi-key").json(&req).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.text().await.unwrap().contains("[DONE]"));
+    let start = std::time::Instant::now();
+    loop {
+        let r = p.http.get(p.url("/v1/usage")).bearer_auth("sk-kimi-key").send().await.unwrap();
+        let u: Value = r.json().await.unwrap();
+        // 12 prompt and 15 completion tokens, as recorded.
+        if u["today"]["tokens"] == 27 {
+            break;
+        }
+        assert!(start.elapsed() < std::time::Duration::from_secs(3), "billed otherwise: {u}");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 #[test]
